@@ -1,0 +1,37 @@
+# The README's two commands: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: help install test test-broker demo lint docs bench bench-quick clean
+
+help:
+	@echo "make demo   - schedule mixed delays and watch them arrive (RabbitMQ, or the simulator)"
+	@echo "make test   - install into .venv and run the whole suite"
+	@echo "make lint   - ruff and mypy"
+	@echo "make docs   - build the Sphinx docs with -W"
+
+$(STAMP): setup.cfg pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test,docs,django,lint,bench]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -ra $(PYTEST_ARGS)
+
+demo: $(STAMP)
+	$(PY) -m kombu_ladder.demo
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check kombu_ladder celery_ladder tests
+	$(VENV)/bin/mypy
+
+docs: $(STAMP)
+	$(VENV)/bin/sphinx-build -W --keep-going -b html docs docs/_build/html
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info docs/_build .pytest_cache

@@ -1,0 +1,224 @@
+"""Pure message rules: what a scheduled message carries and what one expiry becomes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional, Union
+
+from .contract import (
+    CONTENT_TYPE,
+    DUE_AT,
+    MESSAGE_TYPE,
+    SCHEDULE_HEADERS,
+    TARGET_EXCHANGE,
+    TARGET_ROUTING_KEY,
+    rung_name,
+)
+from .plan import MAX_DELAY, parse_due_at, place
+
+__all__ = [
+    "ORIGINAL_DELIVERY_MODE",
+    "CARRIED_PROPERTIES",
+    "Deliver",
+    "Hop",
+    "Park",
+    "Decision",
+    "scheduled_headers",
+    "scheduled_properties",
+    "strip_death",
+    "strip_for_delivery",
+    "delivery_properties",
+    "decide",
+]
+
+#: Local header (not part of the AceMQ contract): the publisher's own delivery
+#: mode, written only when it asked for a transient message. Rung messages are
+#: always persistent; delivery restores what the publisher asked for.
+ORIGINAL_DELIVERY_MODE = "x-ladder-delivery-mode"
+
+#: AMQP properties carried unchanged through every hop and onto delivery.
+#: ``expiration`` is deliberately absent (never parked in a rung) and so is
+#: ``user_id`` (RabbitMQ refuses a republish whose user_id is not the relay's).
+CARRIED_PROPERTIES: tuple[str, ...] = (
+    "content_type",
+    "content_encoding",
+    "correlation_id",
+    "reply_to",
+    "message_id",
+    "priority",
+    "timestamp",
+    "app_id",
+    "cluster_id",
+)
+
+_DEATH_PREFIXES = ("x-first-death-", "x-last-death-")
+
+
+@dataclass(frozen=True)
+class Deliver:
+    """Publish to the target now, with these headers and properties."""
+
+    exchange: str
+    routing_key: str
+    headers: dict[str, Any]
+    properties: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Hop:
+    """Put the message back into a rung (``rung`` seconds, queue ``queue``)."""
+
+    rung: int
+    queue: str
+    headers: dict[str, Any]
+    properties: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Park:
+    """Park the message in the parking queue because of ``reason``."""
+
+    reason: str
+
+
+Decision = Union[Deliver, Hop, Park]
+
+
+def scheduled_headers(
+    headers: Optional[Mapping[str, Any]],
+    *,
+    exchange: str,
+    routing_key: str,
+    due_at: int,
+    content_type: Optional[str],
+    delivery_mode: Optional[int] = None,
+) -> dict[str, Any]:
+    """Return the application headers plus the four ``x-schedule-*`` headers."""
+    out = dict(headers or {})
+    out[TARGET_EXCHANGE] = exchange
+    out[TARGET_ROUTING_KEY] = routing_key
+    out[DUE_AT] = int(due_at)
+    out[CONTENT_TYPE] = content_type or "application/octet-stream"
+    if delivery_mode is not None and delivery_mode != 2:
+        out[ORIGINAL_DELIVERY_MODE] = int(delivery_mode)
+    return out
+
+
+def scheduled_properties(properties: Mapping[str, Any]) -> dict[str, Any]:
+    """Return the AMQP properties of a message waiting in a rung.
+
+    The carried properties stay; ``type`` becomes ``ScheduledMessage``, delivery
+    is persistent, and there is never a per-message ``expiration``.
+    """
+    out = {k: properties[k] for k in CARRIED_PROPERTIES if properties.get(k) is not None}
+    out["type"] = MESSAGE_TYPE
+    out["delivery_mode"] = 2
+    return out
+
+
+def strip_death(headers: Mapping[str, Any]) -> dict[str, Any]:
+    """Return ``headers`` without RabbitMQ's dead-lettering bookkeeping."""
+    return {
+        k: v
+        for k, v in headers.items()
+        if k != "x-death" and not k.startswith(_DEATH_PREFIXES)
+    }
+
+
+def strip_for_delivery(headers: Mapping[str, Any]) -> dict[str, Any]:
+    """Return the application headers alone: no ``x-schedule-*`` and no death headers."""
+    out = strip_death(headers)
+    for key in (*SCHEDULE_HEADERS, ORIGINAL_DELIVERY_MODE):
+        out.pop(key, None)
+    return out
+
+
+def delivery_properties(headers: Mapping[str, Any], properties: Mapping[str, Any]) -> dict[str, Any]:
+    """Return the AMQP properties of the delivered message.
+
+    The content type comes back from ``x-schedule-content-type`` (a library that
+    parks bytes as ``application/octet-stream`` still delivers them as what
+    they are), and the delivery mode from the publisher's own choice.
+    """
+    out = {k: properties[k] for k in CARRIED_PROPERTIES if properties.get(k) is not None}
+    content_type = headers.get(CONTENT_TYPE)
+    if isinstance(content_type, bytes):
+        content_type = content_type.decode("utf-8", "replace")
+    if isinstance(content_type, str) and content_type:
+        out["content_type"] = content_type
+    mode = headers.get(ORIGINAL_DELIVERY_MODE)
+    out["delivery_mode"] = mode if mode in (1, 2) else 2
+    if properties.get("type") not in (None, MESSAGE_TYPE):
+        out["type"] = properties["type"]
+    return out
+
+
+def _text(value: Any) -> Optional[str]:
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    return value if isinstance(value, str) else None
+
+
+def decide(
+    headers: Optional[Mapping[str, Any]],
+    properties: Mapping[str, Any],
+    now_ms: int,
+    *,
+    allow_exchange: Optional[Callable[[str], bool]] = None,
+) -> Decision:
+    """Decide what one expired message becomes: a delivery, a hop or a parking.
+
+    Arguments:
+        headers: the message's application headers (``None`` when it had none).
+        properties: its AMQP properties, as a plain mapping.
+        now_ms: the relay's clock, in epoch milliseconds.
+        allow_exchange: optional predicate; a target exchange it refuses is parked.
+
+    Returns:
+        :class:`Deliver`, :class:`Hop` or :class:`Park`.
+    """
+    if not isinstance(headers, Mapping) or not headers:
+        return Park("malformed: the message has no headers (not a scheduled message)")
+    if DUE_AT not in headers:
+        return Park(f"malformed: header {DUE_AT} is missing")
+    due = parse_due_at(headers[DUE_AT])
+    if due is None:
+        return Park(f"malformed: header {DUE_AT} is not an integer of epoch ms: {headers[DUE_AT]!r}")
+    if due < 0:
+        return Park(f"malformed: header {DUE_AT} is negative: {due}")
+    if due - now_ms > MAX_DELAY * 1000:
+        return Park(f"malformed: header {DUE_AT}={due} is more than {MAX_DELAY}s ahead")
+    if TARGET_EXCHANGE not in headers:
+        return Park(f"malformed: header {TARGET_EXCHANGE} is missing")
+    exchange = _text(headers[TARGET_EXCHANGE])
+    if exchange is None:
+        return Park(f"malformed: header {TARGET_EXCHANGE} is not a string: {headers[TARGET_EXCHANGE]!r}")
+    if TARGET_ROUTING_KEY not in headers:
+        return Park(f"malformed: header {TARGET_ROUTING_KEY} is missing")
+    routing_key = _text(headers[TARGET_ROUTING_KEY])
+    if routing_key is None:
+        return Park(
+            f"malformed: header {TARGET_ROUTING_KEY} is not a string: {headers[TARGET_ROUTING_KEY]!r}"
+        )
+    if not exchange and not routing_key:
+        return Park(f"malformed: header {TARGET_ROUTING_KEY} is empty for the default exchange")
+    if allow_exchange is not None and not allow_exchange(exchange):
+        return Park(f"refused: target exchange {exchange!r} is not in the relay's allow-list")
+
+    rung = place(due, now_ms)
+    if rung is None:
+        return Deliver(
+            exchange=exchange,
+            routing_key=routing_key,
+            headers=strip_for_delivery(headers),
+            properties=delivery_properties(headers, properties),
+        )
+    return Hop(
+        rung=rung,
+        queue=rung_name(rung),
+        headers=strip_death(headers),
+        properties=scheduled_properties(properties),
+    )

@@ -1,0 +1,152 @@
+"""LadderProducerMixin: ``publish(..., countdown=, eta=)`` into the ladder."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import threading
+import time
+import weakref
+from datetime import datetime
+from typing import Any, Callable, Optional
+
+from kombu import Exchange, Producer
+
+from .contract import EXCHANGE, MESSAGE_TYPE, rung_name
+from .envelope import scheduled_headers
+from .plan import Delay, due_at_ms, place
+from .topology import declare
+
+__all__ = ["LadderProducerMixin", "LadderProducer", "target_name"]
+
+logger = logging.getLogger(__name__)
+
+_PUBLISH = inspect.signature(Producer.publish)
+
+#: Underlying connections the ladder topology has been declared on.
+_declared: "weakref.WeakSet[Any]" = weakref.WeakSet()
+_declared_lock = threading.Lock()
+
+
+def target_name(exchange: Any) -> str:
+    """Return an exchange's name, whether given as an Exchange, a string or None."""
+    if exchange is None:
+        return ""
+    if isinstance(exchange, Exchange):
+        return exchange.name or ""
+    if isinstance(exchange, str):
+        return exchange
+    raise TypeError(f"exchange must be a str or kombu.Exchange, not {type(exchange).__name__}")
+
+
+class LadderProducerMixin:
+    """Mixin for :class:`kombu.Producer`: a publish with ``countdown`` or ``eta``
+    waits in the ladder and is delivered to its exchange and routing key later.
+
+    A publish without either is passed to :meth:`kombu.Producer.publish`
+    unchanged. Give the mixin before ``Producer`` in the bases.
+    """
+
+    #: Where "now" comes from, in epoch seconds; injectable for tests and simulators.
+    clock: Callable[[], float] = staticmethod(time.time)
+
+    def publish(  # type: ignore[override]
+        self,
+        body: Any,
+        routing_key: Optional[str] = None,
+        *args: Any,
+        countdown: Optional[Delay] = None,
+        eta: Optional[datetime] = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Publish ``body``; with ``countdown`` (seconds or timedelta) or ``eta``
+        (an aware datetime) it is delivered that much later.
+
+        Every other argument is :meth:`kombu.Producer.publish`'s.
+
+        Raises:
+            TypeError: ``countdown`` or ``eta`` has the wrong type.
+            ValueError: ``countdown`` is NaN, infinite or too long, ``eta`` is
+                naive, or the default exchange is targeted without a routing key.
+        """
+        if countdown is None and eta is None:
+            return super().publish(body, routing_key, *args, **kwargs)  # type: ignore[misc]
+        bound = _PUBLISH.bind(self, body, routing_key, *args, **kwargs)
+        bound.apply_defaults()
+        params = dict(bound.arguments)
+        params.pop("self")
+        properties = params.pop("properties")
+        due = due_at_ms(self.clock(), countdown=countdown, eta=eta)
+        return self._publish_delayed(due, params, properties)
+
+    def _publish_delayed(self, due: int, params: dict[str, Any], properties: dict[str, Any]) -> Any:
+        exchange = target_name(params["exchange"] if params["exchange"] is not None else self.exchange)  # type: ignore[attr-defined]
+        routing_key = params["routing_key"]
+        if routing_key is None:
+            routing_key = self.routing_key  # type: ignore[attr-defined]
+        if not isinstance(routing_key, str):
+            raise TypeError(f"routing_key must be a str, not {type(routing_key).__name__}")
+        if not exchange and not routing_key:
+            raise ValueError("routing_key is required when publishing to the default exchange ('')")
+
+        headers = dict(params["headers"] or {})
+        body, content_type, content_encoding = self._prepare(  # type: ignore[attr-defined]
+            params["body"], params["serializer"], params["content_type"],
+            params["content_encoding"], params["compression"], headers,
+        )
+        common = {
+            "content_type": content_type,
+            "content_encoding": content_encoding,
+            "priority": params["priority"],
+            "mandatory": params["mandatory"],
+            "retry": params["retry"],
+            "retry_policy": params["retry_policy"],
+            "declare": params["declare"],
+            "timeout": params["timeout"],
+            "confirm_timeout": params["confirm_timeout"],
+        }
+        rung = place(due, int(self.clock() * 1000))
+        if rung is None:
+            return super().publish(  # type: ignore[misc]
+                body, routing_key, exchange=exchange, headers=headers,
+                delivery_mode=params["delivery_mode"], expiration=params["expiration"],
+                **common, **properties,
+            )
+        if params["expiration"] is not None:
+            logger.debug("expiration=%r is not carried into a rung (%s)", params["expiration"], exchange)
+        _, mode = self._delivery_details(exchange, params["delivery_mode"])  # type: ignore[attr-defined]
+        self.declare_ladder()
+        properties = {k: v for k, v in properties.items() if k not in ("type", "expiration")}
+        logger.debug("scheduling for %d into %s -> %r/%r", due, rung_name(rung), exchange, routing_key)
+        return super().publish(  # type: ignore[misc]
+            body, rung_name(rung), exchange=EXCHANGE,
+            headers=scheduled_headers(
+                headers, exchange=exchange, routing_key=routing_key, due_at=due,
+                content_type=content_type, delivery_mode=mode,
+            ),
+            delivery_mode=2, type=MESSAGE_TYPE, **common, **properties,
+        )
+
+    def declare_ladder(self) -> None:
+        """Declare the ladder topology once per underlying broker connection."""
+        channel = self.channel  # type: ignore[attr-defined]
+        key = getattr(channel, "connection", None)
+        with _declared_lock:
+            if key is not None and key in _declared:
+                return
+        # Declare on a channel of its own when the kombu Connection is at hand,
+        # so a conflict does not kill the channel this producer publishes on.
+        client = getattr(key, "client", None)
+        declare(client if hasattr(client, "default_channel") else channel)
+        if key is not None:
+            with _declared_lock:
+                _declared.add(key)
+
+
+class LadderProducer(LadderProducerMixin, Producer):
+    """A :class:`kombu.Producer` whose ``publish`` accepts ``countdown=`` and ``eta=``."""
+
+    def __init__(self, *args: Any, clock: Optional[Callable[[], float]] = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if clock is not None:
+            self.clock = clock
