@@ -81,13 +81,20 @@ ORIGINAL_ROUTING_KEY = "x-ladder-original-routing-key"
 REPUBLISH_COUNT = "x-ladder-republish-count"
 
 
+def _millis(seconds: float) -> int:
+    """Return ``seconds`` in whole milliseconds, rounded half away from zero like Ruby's ``round``."""
+    millis = abs(seconds) * 1000
+    rounded = int(millis) + (1 if millis - int(millis) >= 0.5 else 0)
+    return rounded if seconds >= 0 else -rounded
+
+
 def describe(seconds: float) -> str:
     """Render a duration as the contract names it: ``1h``, ``10m``, ``10s``.
 
     A duration divisible by an hour renders as ``{n}h``, by a minute as
     ``{n}m``, and anything else as ``{n}s`` (Java's ``describe``, to the letter).
     """
-    millis = round(seconds * 1000)
+    millis = _millis(seconds)
     if millis % 3_600_000 == 0:
         return f"{millis // 3_600_000}h"
     if millis % 60_000 == 0:
@@ -103,7 +110,7 @@ def rung_name(seconds: float) -> str:
 def arguments_for(seconds: float) -> dict[str, object]:
     """Return the arguments a rung queue has to carry, and the whole of them."""
     return {
-        "x-message-ttl": round(seconds * 1000),
+        "x-message-ttl": _millis(seconds),
         "x-dead-letter-exchange": EXCHANGE,
         "x-dead-letter-routing-key": CONTROL,
     }
