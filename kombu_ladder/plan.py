@@ -87,6 +87,8 @@ def parse_due_at(value: object) -> Optional[int]:
         except UnicodeDecodeError:
             return None
     if isinstance(value, str):
+        if not value.isascii():  # int() also reads other scripts' digits; Ruby's Integer() does not
+            return None
         try:
             return int(value.strip(), 10)
         except ValueError:
