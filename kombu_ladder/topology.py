@@ -85,7 +85,7 @@ def _declare_on(channel: Any) -> list[str]:
         try:
             queue(channel).declare()
         except PreconditionFailed as exc:
-            expected = {"durable": True, "arguments": queue.queue_arguments or {}}
+            expected = {"durable": True, "arguments": getattr(queue, "queue_arguments", None) or {}}
             raise TopologyConflict(queue.name, expected, str(exc)) from exc
         names.append(queue.name)
     logger.debug("declared the ladder topology: %s", ", ".join(names))
