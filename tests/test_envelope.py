@@ -1,0 +1,234 @@
+"""Pure tables for the envelope rules: what one expired message becomes, and what it carries."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from kombu_ladder.envelope import (
+    ORIGINAL_DELIVERY_MODE,
+    Deliver,
+    Hop,
+    Park,
+    decide,
+    scheduled_headers,
+    scheduled_properties,
+    strip_for_delivery,
+)
+
+NOW = 1_700_000_000_000
+
+
+def scheduled(due: object = NOW, **extra: Any) -> dict[str, Any]:
+    headers = {
+        "x-schedule-exchange": "billing",
+        "x-schedule-routing-key": "invoice.due",
+        "x-schedule-due-at": due,
+        "x-schedule-content-type": "application/json",
+    }
+    headers.update(extra)
+    return headers
+
+
+DEATH = {
+    "x-death": [{"queue": "acemq.schedule.10s", "reason": "expired", "count": 1}],
+    "x-first-death-exchange": "acemq.schedule",
+    "x-first-death-queue": "acemq.schedule.10s",
+    "x-first-death-reason": "expired",
+    "x-last-death-exchange": "acemq.schedule",
+    "x-last-death-queue": "acemq.schedule.10s",
+    "x-last-death-reason": "expired",
+}
+
+RUNG_PROPS = {
+    "content_type": "application/octet-stream",
+    "content_encoding": "utf-8",
+    "correlation_id": "corr-1",
+    "reply_to": "replies",
+    "message_id": "msg-1",
+    "priority": 3,
+    "type": "ScheduledMessage",
+    "delivery_mode": 2,
+    "app_id": "billing-app",
+}
+
+
+@pytest.mark.parametrize(
+    "due,expected",
+    [
+        (NOW, Deliver),
+        (NOW - 60_000, Deliver),
+        (NOW + 999, Deliver),
+        (NOW + 1000, Hop),
+        (str(NOW + 5000), Hop),
+        (f" {NOW} ", Deliver),
+        (NOW + 90_000, Hop),
+    ],
+)
+def test_decide_deliver_or_hop(due: object, expected: type) -> None:
+    assert type(decide(scheduled(due), RUNG_PROPS, NOW)) is expected
+
+
+@pytest.mark.parametrize(
+    "remaining_ms,rung,queue",
+    [
+        (1000, 1, "acemq.schedule.1s"),
+        (9999, 1, "acemq.schedule.1s"),
+        (10_000, 10, "acemq.schedule.10s"),
+        (90_000, 60, "acemq.schedule.1m"),
+        (600_000, 600, "acemq.schedule.10m"),
+        (4 * 3_600_000, 3600, "acemq.schedule.1h"),
+    ],
+)
+def test_hop_goes_to_the_largest_rung_that_does_not_overshoot(remaining_ms: int, rung: int, queue: str) -> None:
+    decision = decide(scheduled(NOW + remaining_ms), RUNG_PROPS, NOW)
+    assert isinstance(decision, Hop)
+    assert (decision.rung, decision.queue) == (rung, queue)
+
+
+@pytest.mark.parametrize(
+    "headers,reason",
+    [
+        (None, "malformed: the message has no headers"),
+        ({}, "malformed: the message has no headers"),
+        ({"x-schedule-exchange": "billing", "x-schedule-routing-key": "k"},
+         "malformed: header x-schedule-due-at is missing"),
+        (scheduled("abc"), "malformed: header x-schedule-due-at is not an integer"),
+        (scheduled(True), "malformed: header x-schedule-due-at is not an integer"),
+        (scheduled(False), "malformed: header x-schedule-due-at is not an integer"),
+        (scheduled(None), "malformed: header x-schedule-due-at is not an integer"),
+        (scheduled("1.5"), "malformed: header x-schedule-due-at is not an integer"),
+        (scheduled(1.5), "malformed: header x-schedule-due-at is not an integer"),
+        (scheduled(-1), "malformed: header x-schedule-due-at is negative"),
+        (scheduled(NOW + 400 * 86_400_000), "malformed: header x-schedule-due-at=.* is more than"),
+        ({"x-schedule-routing-key": "k", "x-schedule-due-at": NOW}, "malformed: header x-schedule-exchange is missing"),
+        (scheduled(**{"x-schedule-exchange": 5}), "malformed: header x-schedule-exchange is not a string"),
+        ({"x-schedule-exchange": "b", "x-schedule-due-at": NOW}, "malformed: header x-schedule-routing-key is missing"),
+        (scheduled(**{"x-schedule-routing-key": None}), "malformed: header x-schedule-routing-key is not a string"),
+        (scheduled(**{"x-schedule-routing-key": b"\xff"}), "malformed: header x-schedule-routing-key is not a string"),
+        (scheduled(**{"x-schedule-exchange": "", "x-schedule-routing-key": ""}),
+         "malformed: header x-schedule-routing-key is empty for the default exchange"),
+    ],
+)
+def test_decide_parks_with_a_reason(headers: Any, reason: str) -> None:
+    decision = decide(headers, RUNG_PROPS, NOW)
+    assert isinstance(decision, Park)
+    assert re.match(reason, decision.reason), decision.reason
+
+
+def test_decide_parks_an_exchange_refused_by_the_allow_list() -> None:
+    decision = decide(scheduled(), RUNG_PROPS, NOW, allow_exchange=lambda name: name == "other")
+    assert decision == Park("refused: target exchange 'billing' is not in the relay's allow-list")
+    assert isinstance(decide(scheduled(), RUNG_PROPS, NOW, allow_exchange=lambda name: name == "billing"), Deliver)
+
+
+def test_empty_routing_key_is_fine_for_a_named_exchange() -> None:
+    decision = decide(scheduled(**{"x-schedule-routing-key": ""}), RUNG_PROPS, NOW)
+    assert isinstance(decision, Deliver)
+    assert (decision.exchange, decision.routing_key) == ("billing", "")
+
+
+def test_bytes_target_headers_are_decoded() -> None:
+    headers = scheduled(**{"x-schedule-exchange": b"billing", "x-schedule-routing-key": b"invoice.due",
+                           "x-schedule-content-type": b"text/plain"})
+    decision = decide(headers, RUNG_PROPS, NOW)
+    assert isinstance(decision, Deliver)
+    assert (decision.exchange, decision.routing_key) == ("billing", "invoice.due")
+    assert decision.properties["content_type"] == "text/plain"
+
+
+def test_delivery_strips_schedule_and_death_headers_and_keeps_the_rest() -> None:
+    headers = scheduled(**DEATH, **{"app": "yes", "x-custom": 1, "x-deathly": "kept",
+                                    ORIGINAL_DELIVERY_MODE: 1})
+    decision = decide(headers, RUNG_PROPS, NOW)
+    assert isinstance(decision, Deliver)
+    assert decision.headers == {"app": "yes", "x-custom": 1, "x-deathly": "kept"}
+    assert (decision.exchange, decision.routing_key) == ("billing", "invoice.due")
+
+
+def test_delivery_properties_restore_what_the_publisher_sent() -> None:
+    decision = decide(scheduled(**{ORIGINAL_DELIVERY_MODE: 1}), {**RUNG_PROPS, "expiration": "5000",
+                                                                  "user_id": "guest"}, NOW)
+    assert isinstance(decision, Deliver)
+    assert decision.properties == {
+        "content_type": "application/json",  # from x-schedule-content-type, not the rung's property
+        "content_encoding": "utf-8",
+        "correlation_id": "corr-1",
+        "reply_to": "replies",
+        "message_id": "msg-1",
+        "priority": 3,
+        "app_id": "billing-app",
+        "delivery_mode": 1,
+    }
+
+
+@pytest.mark.parametrize(
+    "extra,mode",
+    [({}, 2), ({ORIGINAL_DELIVERY_MODE: 2}, 2), ({ORIGINAL_DELIVERY_MODE: 1}, 1), ({ORIGINAL_DELIVERY_MODE: 7}, 2)],
+)
+def test_delivery_mode_defaults_to_persistent(extra: dict, mode: int) -> None:
+    decision = decide(scheduled(**extra), RUNG_PROPS, NOW)
+    assert isinstance(decision, Deliver)
+    assert decision.properties["delivery_mode"] == mode
+
+
+def test_missing_content_type_header_keeps_the_message_property() -> None:
+    headers = scheduled()
+    del headers["x-schedule-content-type"]
+    decision = decide(headers, {**RUNG_PROPS, "content_type": "text/csv"}, NOW)
+    assert isinstance(decision, Deliver)
+    assert decision.properties["content_type"] == "text/csv"
+
+
+def test_hop_keeps_schedule_headers_strips_death_and_never_expires() -> None:
+    headers = scheduled(NOW + 30_000, **DEATH, app="yes")
+    decision = decide(headers, {**RUNG_PROPS, "expiration": "1000"}, NOW)
+    assert isinstance(decision, Hop)
+    assert decision.headers == scheduled(NOW + 30_000, app="yes")
+    assert decision.properties["type"] == "ScheduledMessage"
+    assert decision.properties["delivery_mode"] == 2
+    assert "expiration" not in decision.properties
+    assert decision.properties["correlation_id"] == "corr-1"
+    assert decision.properties["priority"] == 3
+
+
+@pytest.mark.parametrize(
+    "given,expected",
+    [
+        ({"a": 1, **scheduled()}, {"a": 1}),
+        ({"x-death": [], "x-first-death-queue": "q", "x-last-death-reason": "expired"}, {}),
+        ({ORIGINAL_DELIVERY_MODE: 1, "b": "2"}, {"b": "2"}),
+        ({"x-acemq-first-seen": 5}, {"x-acemq-first-seen": 5}),
+    ],
+)
+def test_strip_for_delivery(given: dict, expected: dict) -> None:
+    assert strip_for_delivery(given) == expected
+
+
+@pytest.mark.parametrize(
+    "kwargs,expected",
+    [
+        ({"exchange": "billing", "routing_key": "k", "due_at": 5, "content_type": "application/json"},
+         {"app": 1, "x-schedule-exchange": "billing", "x-schedule-routing-key": "k",
+          "x-schedule-due-at": 5, "x-schedule-content-type": "application/json"}),
+        ({"exchange": "", "routing_key": "q", "due_at": 7, "content_type": None, "delivery_mode": 1},
+         {"app": 1, "x-schedule-exchange": "", "x-schedule-routing-key": "q", "x-schedule-due-at": 7,
+          "x-schedule-content-type": "application/octet-stream", ORIGINAL_DELIVERY_MODE: 1}),
+        ({"exchange": "e", "routing_key": "q", "due_at": 7, "content_type": "text/plain", "delivery_mode": 2},
+         {"app": 1, "x-schedule-exchange": "e", "x-schedule-routing-key": "q", "x-schedule-due-at": 7,
+          "x-schedule-content-type": "text/plain"}),
+    ],
+)
+def test_scheduled_headers(kwargs: dict, expected: dict) -> None:
+    assert scheduled_headers({"app": 1}, **kwargs) == expected
+
+
+def test_scheduled_properties() -> None:
+    given = {"content_type": "application/json", "correlation_id": "c", "expiration": "100",
+             "type": "mine", "delivery_mode": 1, "user_id": "guest", "priority": None}
+    assert scheduled_properties(given) == {
+        "content_type": "application/json", "correlation_id": "c",
+        "type": "ScheduledMessage", "delivery_mode": 2,
+    }
