@@ -102,3 +102,21 @@ def wait_for(condition: Callable[[], object], timeout: float = 30.0, interval: f
         if time.monotonic() >= deadline:
             pytest.fail(f"timed out after {timeout:g}s waiting for {message}")
         time.sleep(interval)
+
+
+@pytest.fixture(params=["rabbitmq"])
+def ladder_backend(request: pytest.FixtureRequest) -> Iterator[object]:
+    """The broker a behaviour test runs on, with the ladder queues emptied first.
+
+    ``rabbitmq`` is this session's vhost on the real broker (see ``tests/backends.py``).
+    """
+    from backends import RabbitBackend
+
+    if request.param == "rabbitmq":
+        backend = RabbitBackend(request.getfixturevalue("broker_url"))
+        with backend.connection() as conn:
+            conn.ensure_connection(max_retries=3)
+            purge_ladder(conn)
+        yield backend
+        return
+    raise ValueError(f"unknown ladder backend {request.param!r}")
