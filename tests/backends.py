@@ -1,0 +1,100 @@
+"""Broker backends for the behaviour tests: the same test bodies run on RabbitMQ (and later the simulator)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Optional
+
+import pytest
+from kombu import Connection, Exchange, Queue
+
+__all__ = ["RabbitBackend", "Arrivals", "get", "depth", "declare_target"]
+
+
+class RabbitBackend:
+    """A real RabbitMQ vhost, real time.
+
+    The interface every backend provides: ``name``, :meth:`connection`,
+    :attr:`clock` (epoch seconds) and :meth:`wait_until`.
+    """
+
+    #: The ``ladder_backend`` parameter this backend answers to.
+    name = "rabbitmq"
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    #: The clock the ladder runs on (epoch seconds); also what tests measure arrivals with.
+    clock: Callable[[], float] = staticmethod(time.time)
+
+    def connection(self) -> Connection:
+        """Return a new kombu Connection to this backend's broker (use it as a context manager)."""
+        return Connection(self.url)
+
+    def wait_until(self, condition: Callable[[], Any], timeout: float = 30.0,
+                   message: str = "condition", interval: float = 0.02) -> Any:
+        """Poll ``condition`` until it is truthy and return its value; fail after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = condition()
+            if value:
+                return value
+            if time.monotonic() >= deadline:
+                pytest.fail(f"timed out after {timeout:g}s waiting for {message}")
+            time.sleep(interval)
+
+
+def get(conn: Connection, queue: str, *, no_ack: bool = True) -> Optional[Any]:
+    """Return one message from ``queue`` (a kombu Message) or None, without declaring anything."""
+    return Queue(queue, no_declare=True).bind(conn.default_channel).get(no_ack=no_ack, accept=None)
+
+
+def depth(conn: Connection, queue: str) -> int:
+    """Return how many messages are ready in ``queue``."""
+    _, messages, _ = conn.default_channel.queue_declare(queue=queue, passive=True)
+    return int(messages)
+
+
+def declare_target(conn: Connection, queue: str, *, exchange: str = "", routing_key: Optional[str] = None) -> Queue:
+    """Declare (and empty) a target queue, bound to ``exchange`` when one is named."""
+    if exchange:
+        q = Queue(queue, Exchange(exchange, type="direct", durable=True), routing_key=routing_key or queue,
+                  durable=True)
+    else:
+        q = Queue(queue, durable=True)
+    bound = q.bind(conn.default_channel)
+    bound.declare()
+    bound.purge()
+    return bound
+
+
+class Arrivals:
+    """Collect messages from target queues, stamping each with the backend's clock when it is seen."""
+
+    def __init__(self, backend: Any, conn: Connection, *queues: str) -> None:
+        self.backend = backend
+        self.conn = conn
+        self.queues = queues
+        #: (queue, arrival time in epoch seconds, kombu Message), in arrival order.
+        self.seen: list[tuple[str, float, Any]] = []
+
+    def poll(self) -> int:
+        """Take whatever is waiting in the queues; return how many have arrived so far."""
+        for queue in self.queues:
+            while True:
+                message = get(self.conn, queue)
+                if message is None:
+                    break
+                self.seen.append((queue, self.backend.clock(), message))
+        return len(self.seen)
+
+    def wait(self, count: int, timeout: float = 30.0) -> list[tuple[str, float, Any]]:
+        """Wait until ``count`` messages have arrived; return them."""
+        self.backend.wait_until(lambda: self.poll() >= count, timeout,
+                                message=f"{count} message(s) on {', '.join(self.queues)}")
+        return self.seen
+
+    @property
+    def messages(self) -> list[Any]:
+        """The arrived messages, in order."""
+        return [m for _, _, m in self.seen]
