@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help install test test-broker demo lint docs bench bench-quick clean
+.PHONY: help install test test-broker demo lint docs diagrams bench bench-quick clean
 
 help:
 	@echo "make demo   - schedule mixed delays and watch them arrive (RabbitMQ, or the simulator)"
@@ -32,6 +32,10 @@ lint: $(STAMP)
 
 docs: $(STAMP)
 	$(VENV)/bin/sphinx-build -W --keep-going -b html docs docs/_build/html
+
+# The committed docs/_static/ladder.svg is made from docs/diagrams/ladder.dot (needs graphviz).
+diagrams:
+	dot -Tsvg docs/diagrams/ladder.dot -o docs/_static/ladder.svg
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info docs/_build .pytest_cache
