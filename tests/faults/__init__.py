@@ -1,0 +1,1 @@
+"""Destructive fault tests, run against a private RabbitMQ node (``make test-faults``)."""

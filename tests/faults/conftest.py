@@ -1,0 +1,268 @@
+"""Fault-test fixtures: a private RabbitMQ node for destructive tests, relay processes, figures."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Optional
+from urllib.parse import quote
+
+import pytest
+from conftest import IN_CI, broker_reachable
+
+#: Where the figures of every fault test are written (``build/`` is git-ignored).
+FIGURES_DIR = Path(__file__).resolve().parents[2] / "build"
+
+#: How long the private node may take to boot.
+BOOT_TIMEOUT = 120.0
+
+_figures: list[dict[str, Any]] = []
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _unavailable(message: str) -> None:
+    if IN_CI:
+        pytest.fail(message + " (CI=true: fault tests must not skip)", pytrace=False)
+    pytest.skip(message)
+
+
+@dataclass
+class PrivateNode:
+    """A RabbitMQ node of this test session's own: restart it, stop it, change its settings."""
+
+    name: str
+    port: int
+    dist_port: int
+    base: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    def ctl(self, *args: str, timeout: float = 120, check: bool = True) -> str:
+        """Run ``rabbitmqctl -n <this node> ...`` and return its output."""
+        done = subprocess.run(["rabbitmqctl", "-q", "-n", self.name, *args],
+                              capture_output=True, text=True, timeout=timeout)
+        if check and done.returncode != 0:
+            raise RuntimeError(f"rabbitmqctl {' '.join(args)} failed: {done.stdout}{done.stderr}")
+        return done.stdout
+
+    def start(self) -> None:
+        """Start the node (detached) and wait until it accepts connections."""
+        subprocess.run(["rabbitmq-server", "-detached"], env=self.env, check=True,
+                       capture_output=True, timeout=60)
+        self.await_startup()
+
+    def await_startup(self) -> None:
+        """Wait for the node to boot; ``await_startup`` fails until the node registered."""
+        deadline = time.monotonic() + BOOT_TIMEOUT
+        while True:
+            done = subprocess.run(["rabbitmqctl", "-q", "-n", self.name, "await_startup", "--timeout", "60"],
+                                  capture_output=True, text=True, timeout=90)
+            if done.returncode == 0 and self.reachable():
+                return
+            if time.monotonic() > deadline:
+                log = self.log_tail()
+                raise RuntimeError(f"private RabbitMQ node {self.name} did not start: {done.stderr}\n{log}")
+            time.sleep(0.5)
+
+    def stop(self) -> None:
+        """Stop the whole node (the Erlang VM too)."""
+        self.ctl("stop", check=False)
+        deadline = time.monotonic() + 30
+        while self.reachable() and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+    def restart(self) -> None:
+        """A full broker restart: stop the node and boot it again on the same data."""
+        self.stop()
+        self.start()
+
+    def stop_app(self) -> None:
+        self.ctl("stop_app")
+
+    def start_app(self) -> None:
+        self.ctl("start_app")
+        self.await_startup()
+
+    def set_consumer_timeout(self, millis: int) -> None:
+        """Change ``consumer_timeout`` on this node only (never on the shared broker)."""
+        self.ctl("eval", f"application:set_env(rabbit, consumer_timeout, {int(millis)}).")
+
+    def reachable(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                return True
+        except OSError:
+            return False
+
+    def new_vhost(self, prefix: str = "faults") -> str:
+        """Create a vhost with full permissions for guest; return its name."""
+        vhost = f"{prefix}-{uuid.uuid4().hex[:8]}"
+        self.ctl("add_vhost", vhost)
+        self.ctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
+        return vhost
+
+    def url(self, vhost: str, user: str = "guest", password: str = "guest") -> str:
+        return f"amqp://{user}:{password}@127.0.0.1:{self.port}/{quote(vhost, safe='')}"
+
+    def log_tail(self, lines: int = 40) -> str:
+        logs = sorted((self.base / "log").glob("*.log"))
+        if not logs:
+            return "(no node log)"
+        return "\n".join(logs[-1].read_text(errors="replace").splitlines()[-lines:])
+
+
+@pytest.fixture(scope="session")
+def private_node() -> Iterator[PrivateNode]:
+    """Boot a second RabbitMQ node on free ports for destructive tests; stop it at the end.
+
+    The shared broker at :5672 is never restarted or reconfigured: restarts,
+    ``stop_app`` and ``consumer_timeout`` changes all go to this node.
+    """
+    if shutil.which("rabbitmq-server") is None or shutil.which("rabbitmqctl") is None:
+        _unavailable("rabbitmq-server is not installed")
+    if not broker_reachable():
+        # The shared node runs epmd and owns the Erlang cookie the CLI uses.
+        _unavailable("the shared RabbitMQ is not running, so no private node is started either")
+    if os.geteuid() != 0 and pwd.getpwuid(os.geteuid()).pw_name != "rabbitmq":
+        _unavailable("a private RabbitMQ node can only be started as root or as the rabbitmq user")
+    base = Path(tempfile.mkdtemp(prefix="ladder-faults-"))
+    name = f"ladder-faults-{os.getpid()}@localhost"
+    port, dist_port = _free_port(), _free_port()
+    (base / "enabled_plugins").write_text("[].\n")
+    # Our own config file: the system one pins the listener to :5672.
+    (base / "rabbitmq.conf").write_text(f"listeners.tcp.local = 127.0.0.1:{port}\n")
+    if os.geteuid() == 0:
+        for path in [base, *base.iterdir()]:
+            shutil.chown(path, "rabbitmq", "rabbitmq")
+    env = dict(
+        os.environ,
+        RABBITMQ_NODENAME=name,
+        RABBITMQ_NODE_PORT=str(port),
+        RABBITMQ_DIST_PORT=str(dist_port),
+        RABBITMQ_MNESIA_BASE=str(base / "mnesia"),
+        RABBITMQ_LOG_BASE=str(base / "log"),
+        RABBITMQ_ENABLED_PLUGINS_FILE=str(base / "enabled_plugins"),
+        RABBITMQ_CONFIG_FILE=str(base / "rabbitmq.conf"),
+        RABBITMQ_PID_FILE=str(base / "node.pid"),
+    )
+    node = PrivateNode(name=name, port=port, dist_port=dist_port, base=base, env=env)
+    node.start()
+    try:
+        yield node
+    finally:
+        node.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def fault_vhost(private_node: PrivateNode) -> Iterator[str]:
+    """A fresh vhost on the private node, deleted after the test."""
+    vhost = private_node.new_vhost()
+    try:
+        yield vhost
+    finally:
+        if private_node.reachable():
+            private_node.ctl("delete_vhost", vhost, check=False)
+
+
+@pytest.fixture
+def fault_url(private_node: PrivateNode, fault_vhost: str) -> str:
+    """The AMQP URL of the test's vhost on the private node."""
+    return private_node.url(fault_vhost)
+
+
+class RelayProcess:
+    """A standalone ``python -m kombu_ladder relay`` subprocess that can be killed and restarted."""
+
+    def __init__(self, broker_url: str, logdir: Path, *extra: str) -> None:
+        self.broker_url = broker_url
+        self.logdir = logdir
+        self.extra = extra
+        self.proc: Optional[subprocess.Popen[bytes]] = None
+        self.starts = 0
+
+    def start(self) -> None:
+        self.starts += 1
+        log = open(self.logdir / f"relay-{self.starts}.log", "wb")  # noqa: SIM115 - the process owns it
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kombu_ladder", "--log-level", "INFO", "--broker", self.broker_url,
+             "relay", "--report-every", "2", *self.extra],
+            stdout=log, stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parents[2],
+        )
+        log.close()
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log(self) -> str:
+        return "\n".join((self.logdir / f"relay-{n}.log").read_text(errors="replace")
+                         for n in range(1, self.starts + 1))
+
+
+@pytest.fixture
+def relay_process(fault_url: str, tmp_path: Path) -> Iterator[RelayProcess]:
+    """A standalone relay on the test's vhost of the private node (not started yet)."""
+    relay = RelayProcess(fault_url, tmp_path)
+    try:
+        yield relay
+    finally:
+        relay.stop()
+
+
+@pytest.fixture
+def report(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
+    """A dict a fault test fills with its figures (sent, delivered, duplicated, lost, ...).
+
+    The figures are printed and written to ``build/fault-figures.json`` and
+    ``build/fault-figures.txt`` at the end of the session.
+    """
+    figures: dict[str, Any] = {}
+    yield figures
+    if figures:
+        entry = {"test": request.node.nodeid, **figures}
+        _figures.append(entry)
+        print(f"\nFIGURES {json.dumps(entry)}")
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not _figures:
+        return
+    FIGURES_DIR.mkdir(exist_ok=True)
+    (FIGURES_DIR / "fault-figures.json").write_text(json.dumps(_figures, indent=2) + "\n")
+    lines = []
+    for entry in _figures:
+        rest = ", ".join(f"{k}={v}" for k, v in entry.items() if k != "test")
+        lines.append(f"{entry['test'].split('::')[-1]}: {rest}")
+    (FIGURES_DIR / "fault-figures.txt").write_text("\n".join(lines) + "\n")
+    terminalreporter.section("fault figures")
+    for line in lines:
+        terminalreporter.write_line(line)

@@ -1,0 +1,118 @@
+"""Helpers for fault tests: publish numbered messages, count what arrives, watch queue depths."""
+
+from __future__ import annotations
+
+import collections
+import random
+import threading
+import time
+from typing import Any, Callable, Optional
+
+from kombu import Connection, Consumer, Queue
+
+from kombu_ladder import Scheduler
+from kombu_ladder.contract import CONTROL, rung_names
+
+__all__ = ["Collector", "publish_numbered", "random_delays", "ladder_depth", "wait_until"]
+
+
+class Collector:
+    """Consume a target queue in a thread and count every delivery by message number."""
+
+    def __init__(self, url: str, queue: str) -> None:
+        self.url = url
+        self.queue = queue
+        self.seen: collections.Counter[int] = collections.Counter()
+        self.last_at = time.monotonic()
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"collect-{queue}", daemon=True)
+        self.error: Optional[BaseException] = None
+
+    def __enter__(self) -> "Collector":
+        self._thread.start()
+        if not self._ready.wait(30):
+            raise RuntimeError(f"the collector on {self.queue} did not start: {self.error!r}")
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _on_message(self, body: Any, message: Any) -> None:
+        self.seen[int(body["n"])] += 1
+        self.last_at = time.monotonic()
+        message.ack()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with Connection(self.url) as conn:
+                    conn.ensure_connection(max_retries=200, interval_start=0.2, interval_step=0.2,
+                                           interval_max=1)
+                    queue = Queue(self.queue, durable=True)
+                    with Consumer(conn, [queue], callbacks=[self._on_message], accept=["json"],
+                                  prefetch_count=200):
+                        self._ready.set()
+                        while not self._stop.is_set():
+                            try:
+                                conn.drain_events(timeout=0.5)
+                            except TimeoutError:
+                                pass
+            except Exception as exc:  # noqa: BLE001 - a broker restart: reconnect
+                self.error = exc
+                time.sleep(0.5)
+
+    @property
+    def unique(self) -> int:
+        return len(self.seen)
+
+    @property
+    def total(self) -> int:
+        return sum(self.seen.values())
+
+    def figures(self, sent: int) -> dict[str, int]:
+        """Return sent, delivered (distinct), duplicated (extra copies) and lost."""
+        lost = sum(1 for n in range(sent) if n not in self.seen)
+        return {"sent": sent, "delivered": self.unique, "duplicated": self.total - self.unique, "lost": lost}
+
+
+def publish_numbered(url: str, count: int, delays: Callable[[int], float], *, queue: str,
+                     exchange: str = "") -> None:
+    """Schedule ``count`` messages ``{"n": i}`` for ``queue``, each confirmed by the broker."""
+    with Connection(url) as conn:
+        with Scheduler.on(conn, relay=False, serializer="json") as scheduler:
+            for n in range(count):
+                scheduler.in_(delays(n), {"n": n}, routing_key=queue, exchange=exchange, message_id=str(n))
+
+
+def random_delays(low: float, high: float, seed: int) -> Callable[[int], float]:
+    rng = random.Random(seed)
+    return lambda n: rng.uniform(low, high)
+
+
+def ladder_depth(node_ctl: Callable[..., str], vhost: str) -> int:
+    """Messages (ready and unacked) in the rungs and the control queue of ``vhost``."""
+    out = node_ctl("list_queues", "-p", vhost, "name", "messages", "--no-table-headers")
+    names = set(rung_names()) | {CONTROL}
+    total = 0
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] in names:
+            total += int(parts[1])
+    return total
+
+
+def wait_until(condition: Callable[[], object], timeout: float, message: str,
+               on_timeout: Optional[Callable[[], str]] = None) -> None:
+    """Poll ``condition`` until truthy; raise AssertionError after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            extra = on_timeout() if on_timeout else ""
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {message}\n{extra}")
+        time.sleep(0.2)
+
+
+
+
