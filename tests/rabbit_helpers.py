@@ -1,0 +1,70 @@
+"""RabbitMQ-only helpers for tests: extra vhosts and reading queues back with rabbitmqctl."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import uuid
+from typing import Any, Iterator
+from urllib.parse import quote
+
+import pytest
+
+__all__ = ["fresh_vhost", "list_queues", "list_bindings", "list_exchanges", "vhost_url"]
+
+
+def _ctl(*args: str) -> str:
+    done = subprocess.run(["rabbitmqctl", "-q", *args], check=True, capture_output=True, text=True, timeout=60)
+    return done.stdout
+
+
+def vhost_url(vhost: str) -> str:
+    """Return the guest AMQP URL of ``vhost`` on the test broker."""
+    from conftest import BROKER_HOST, BROKER_PORT
+
+    return f"amqp://guest:guest@{BROKER_HOST}:{BROKER_PORT}/{quote(vhost, safe='')}"
+
+
+@pytest.fixture
+def fresh_vhost(rabbit_vhost: str) -> Iterator[str]:
+    """A brand-new, empty vhost for one test (deleted afterwards)."""
+    vhost = f"{rabbit_vhost}-fresh-{uuid.uuid4().hex[:6]}"
+    _ctl("add_vhost", vhost)
+    _ctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
+    try:
+        yield vhost
+    finally:
+        subprocess.run(["rabbitmqctl", "-q", "delete_vhost", vhost], capture_output=True, timeout=60)
+
+
+def _json(*args: str) -> list[dict[str, Any]]:
+    out = _ctl(*args, "--formatter", "json").strip()
+    return json.loads(out) if out else []
+
+
+def list_queues(vhost: str) -> dict[str, dict[str, Any]]:
+    """Return ``{name: {"durable", "auto_delete", "exclusive", "arguments" (a dict)}}`` as the broker has them."""
+    rows = _json("list_queues", "-p", vhost, "name", "durable", "auto_delete", "exclusive", "arguments")
+    return {
+        r["name"]: {
+            "durable": r["durable"],
+            "auto_delete": r["auto_delete"],
+            "exclusive": r["exclusive"],
+            "arguments": {k: v for k, _type, v in r["arguments"]},
+        }
+        for r in rows
+    }
+
+
+def list_exchanges(vhost: str) -> dict[str, dict[str, Any]]:
+    """Return ``{name: {"type", "durable", "auto_delete", "arguments"}}``."""
+    rows = _json("list_exchanges", "-p", vhost, "name", "type", "durable", "auto_delete", "arguments")
+    return {r["name"]: {"type": r["type"], "durable": r["durable"], "auto_delete": r["auto_delete"],
+                        "arguments": {k: v for k, _t, v in r["arguments"]}} for r in rows}
+
+
+def list_bindings(vhost: str) -> set[tuple[str, str, str]]:
+    """Return the ``(source exchange, destination queue, routing key)`` bindings of named exchanges."""
+    rows = _json("list_bindings", "-p", vhost, "source_name", "destination_name", "destination_kind", "routing_key")
+    return {(r["source_name"], r["destination_name"], r["routing_key"])
+            for r in rows if r["source_name"] and r["destination_kind"] == "queue"}
