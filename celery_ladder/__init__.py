@@ -1,5 +1,70 @@
-"""celery_ladder: Celery's countdown/eta through the AceMQ ladder (filled in by the Celery issue)."""
+"""celery_ladder: Celery's countdown/eta through the AceMQ ladder, with the relay in the workers."""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+import logging
+from typing import Any
+
+from celery.utils.imports import symbol_by_name
+
+from .publish import LadderAMQP, LadderTaskProducer
+from .settings import LadderSettings
+
+__all__ = ["install", "installed", "add_relay_step", "LadderAMQP", "LadderTaskProducer", "LadderSettings"]
+
+logger = logging.getLogger(__name__)
+
+
+def installed(app: Any) -> bool:
+    """Return whether :func:`install` was applied to ``app``."""
+    cls = _amqp_class(app)
+    return isinstance(cls, type) and issubclass(cls, LadderAMQP)
+
+
+def _amqp_class(app: Any) -> Any:
+    cls = app.amqp_cls
+    return symbol_by_name(cls) if isinstance(cls, str) else cls
+
+
+def add_relay_step(app: Any) -> None:
+    """Add the relay bootstep to ``app``'s worker consumer (idempotent).
+
+    It runs in workers started after this call, unless ``ladder_relay`` is False.
+    """
+    from . import control  # noqa: F401 - registers ``celery inspect ladder`` in this process
+    from .bootstep import LadderRelay
+
+    app.steps["consumer"].add(LadderRelay)
+
+
+def install(app: Any) -> Any:
+    """Send ``app``'s countdown/eta tasks through the ladder and run the relay in its workers.
+
+    After this, ``apply_async(countdown=|eta=)``, ``retry(countdown=)``,
+    ``autoretry_for`` backoffs and signatures with a countdown are published
+    into the ladder and delivered to the exchange and routing key Celery chose,
+    unchanged. Tasks without an ETA take Celery's own path. The settings
+    ``ladder_enabled`` and ``ladder_relay`` are read when they are used, so
+    call this before or after configuring the app. Idempotent.
+
+    Arguments:
+        app: the :class:`celery.Celery` application.
+
+    Returns:
+        ``app``, so it can be used as ``app = install(Celery(...))``.
+
+    Raises:
+        TypeError: ``app`` is not a Celery application.
+    """
+    if not hasattr(app, "amqp_cls") or not hasattr(app, "steps"):
+        raise TypeError(f"app must be a celery.Celery application, not {type(app).__name__}")
+    if not installed(app):
+        base = _amqp_class(app)
+        app.amqp_cls = LadderAMQP if base is LadderAMQP.__mro__[1] else type(
+            f"Ladder{base.__name__}", (LadderAMQP, base), {},
+        )
+        if "amqp" in app.__dict__:  # already built: rebuild it with the ladder's producers
+            del app.amqp
+        logger.debug("celery_ladder installed on %r", app)
+    add_relay_step(app)
+    return app

@@ -1,0 +1,95 @@
+"""LadderRelay: the ladder's relay as a consumer bootstep, on the worker's own connection."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from celery import bootsteps
+from celery.utils.log import get_logger
+
+from kombu_ladder.contract import CONTROL
+from kombu_ladder.errors import TopologyConflict
+from kombu_ladder.relay import Counters, RelayCore
+from kombu_ladder.topology import declare
+
+from .settings import LadderSettings
+
+__all__ = ["LadderRelay", "STOP_GRACE"]
+
+logger = get_logger(__name__)
+
+E_CONFLICT = "ladder relay not started: the broker's ladder topology conflicts with the contract: %s"
+I_STARTED = "ladder relay consuming from %s (prefetch %d, publisher confirms)"
+I_STOPPED = "ladder relay stopped: %s"
+
+#: Seconds a stopping relay waits for outstanding confirms, so a clean stop duplicates nothing.
+STOP_GRACE = 2.0
+
+
+class LadderRelay(bootsteps.ConsumerStep):
+    """Relay expired ladder messages from inside a worker.
+
+    It consumes ``acemq.schedule.due`` on a channel of the worker's consumer
+    connection, so it starts, stops and reconnects with the consumer. Several
+    workers make competing relays. The relay itself is
+    :class:`kombu_ladder.relay.RelayCore`; its counters outlive reconnects.
+    """
+
+    def __init__(self, c: Any, **kwargs: Any) -> None:
+        c.ladder_relay = None
+        self.counters = Counters()
+        self.core = RelayCore(counters=self.counters)
+        super().__init__(c, **kwargs)
+
+    def include_if(self, c: Any) -> bool:
+        from .pool import TaskPool  # -P ladder always means "with the relay"
+
+        return isinstance(getattr(c, "pool", None), TaskPool) or LadderSettings.from_conf(c.app.conf).relay
+
+    def get_consumers(self, channel: Any) -> list[Any]:
+        return [self.core.consumer(channel)]
+
+    def start(self, c: Any) -> None:
+        channel = c.connection.channel()
+        try:
+            declare(channel)
+        except TopologyConflict as exc:
+            logger.error(E_CONFLICT, exc)
+            self.consumers = []
+            return
+        self.consumers = self.get_consumers(channel)
+        for consumer in self.consumers:
+            consumer.consume()
+        c.ladder_relay = self
+        logger.info(I_STARTED, CONTROL, self.core.prefetch)
+
+    def stop(self, c: Any) -> None:
+        self._finish(c)
+        super().stop(c)
+        self.consumers = []
+
+    def shutdown(self, c: Any) -> None:
+        self._finish(c)
+        super().shutdown(c)
+        self.consumers = []
+
+    def _finish(self, c: Any) -> None:
+        """Stop taking expiries, then give outstanding confirms a moment to arrive."""
+        if not self.consumers:
+            return
+        connection = getattr(c, "connection", None)
+        for consumer in self.consumers:
+            try:
+                consumer.cancel()
+            except Exception:  # noqa: BLE001 - a lost connection: the broker requeues anyway
+                logger.debug("cancelling the relay consumer failed", exc_info=True)
+        deadline = time.monotonic() + STOP_GRACE
+        while self.core.outstanding and connection is not None and time.monotonic() < deadline:
+            try:
+                connection.drain_events(timeout=0.1)
+            except TimeoutError:
+                continue
+            except Exception:  # noqa: BLE001 - a dying connection: the broker requeues the rest
+                break
+        logger.info(I_STOPPED, self.counters.as_dict())

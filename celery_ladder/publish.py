@@ -1,0 +1,140 @@
+"""The apply_async hook: an AMQP class whose producers publish ETA tasks into the ladder."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+from datetime import datetime
+from functools import cached_property
+from typing import Any, Callable, Mapping, Optional
+
+from celery.app.amqp import AMQP
+from celery.utils.time import maybe_iso8601, maybe_make_aware
+from kombu import Producer
+from kombu.pools import ProducerPool
+
+from kombu_ladder.producer import LadderProducerMixin, target_name
+
+from .settings import LadderSettings
+
+__all__ = ["LadderAMQP", "LadderTaskProducer", "NATIVE_DELAYED_PREFIX", "scheduled_count", "task_eta"]
+
+logger = logging.getLogger(__name__)
+
+#: Exchanges of Celery's own native delayed delivery (quorum queues): the ladder stands aside.
+NATIVE_DELAYED_PREFIX = "celery_delayed_"
+
+#: Tasks handed to the ladder by this process tree. Created before the prefork pool forks,
+#: so the children's publishes (retries, callbacks) are counted where ``inspect ladder`` runs.
+_SCHEDULED: Any = multiprocessing.Value("q", 0)
+
+
+def scheduled_count() -> int:
+    """Return how many ETA tasks this process (and its forked children) put into the ladder."""
+    return int(_SCHEDULED.value)
+
+
+def _count_scheduled() -> None:
+    with _SCHEDULED.get_lock():
+        _SCHEDULED.value += 1
+
+
+def task_eta(value: Any, timezone: Any) -> datetime:
+    """Read a task's ``eta`` header exactly as the Celery worker reads it.
+
+    A naive ETA is made aware the worker's way (:func:`celery.utils.time.maybe_make_aware`
+    with the app's timezone), so the ladder delivers at the moment the worker will run it.
+
+    Raises:
+        ValueError: the header is not an ISO 8601 date and time.
+    """
+    try:
+        eta = maybe_iso8601(value)
+    except (AttributeError, ValueError, TypeError) as exc:
+        raise ValueError(f"task header eta is not an ISO 8601 datetime: {value!r}") from exc
+    if not isinstance(eta, datetime):
+        raise ValueError(f"task header eta is not an ISO 8601 datetime: {value!r}")
+    return maybe_make_aware(eta, timezone)
+
+
+def _is_task_message(headers: Any) -> bool:
+    """Celery task protocol 2: the headers carry the task name, id and eta."""
+    return isinstance(headers, Mapping) and "task" in headers and "id" in headers
+
+
+class LadderTaskProducer(LadderProducerMixin, Producer):
+    """A :class:`kombu.Producer` that sends Celery tasks with an ETA through the ladder.
+
+    Celery computes the ETA, the body, the headers and the target exchange and
+    routing key as it always does and calls ``publish``; this producer reads the
+    task's ``eta`` header and hands the message to :class:`LadderProducerMixin`,
+    which parks it in the ladder and delivers it unchanged to that target. Every
+    other publish (tasks without ETA, events, replies, control) is untouched.
+    """
+
+    #: The Celery app whose settings and timezone apply; set on a per-app subclass.
+    app: Any = None
+
+    def publish(  # type: ignore[override]
+        self, body: Any, routing_key: Optional[str] = None, *args: Any, **kwargs: Any,
+    ) -> Any:
+        """Publish as :meth:`kombu.Producer.publish`; a Celery task with an ``eta``
+        header goes through the ladder when ``ladder_enabled`` is true."""
+        if "countdown" not in kwargs and "eta" not in kwargs:
+            eta = self._ladder_eta(kwargs)
+            if eta is not None:
+                kwargs["eta"] = eta
+                result = super().publish(body, routing_key, *args, **kwargs)
+                _count_scheduled()
+                return result
+        return super().publish(body, routing_key, *args, **kwargs)
+
+    def _ladder_eta(self, kwargs: Mapping[str, Any]) -> Optional[datetime]:
+        headers = kwargs.get("headers")
+        if not _is_task_message(headers) or not headers.get("eta") or self.app is None:
+            return None
+        if not LadderSettings.from_conf(self.app.conf).enabled:
+            return None
+        exchange = kwargs.get("exchange")
+        if target_name(exchange if exchange is not None else self.exchange).startswith(NATIVE_DELAYED_PREFIX):
+            return None  # Celery's native delayed delivery already addressed it
+        return task_eta(headers["eta"], self.app.conf.timezone)
+
+
+class LadderAMQP(AMQP):
+    """``app.amqp`` with ladder producers: set as the app's ``amqp_cls`` by :func:`~celery_ladder.install`.
+
+    Both public ways Celery obtains a producer are covered: ``amqp.Producer``
+    (``apply_async(connection=)``, beat) and ``amqp.producer_pool``
+    (``apply_async()``, retries, canvas). A producer passed explicitly with
+    ``apply_async(producer=...)`` is wrapped when its task has an ETA.
+    """
+
+    @cached_property
+    def Producer(self) -> type:  # type: ignore[override]  # noqa: N802 - Celery's attribute name
+        """This app's producer class."""
+        return type("LadderTaskProducer", (LadderTaskProducer,), {"app": self.app})
+
+    @property
+    def producer_pool(self) -> ProducerPool:
+        """The app's producer pool, handing out :attr:`Producer` instances."""
+        if self._producer_pool is None:
+            connections = self.app.pool
+            self._producer_pool = ProducerPool(connections, limit=connections.limit, Producer=self.Producer)
+        return self._producer_pool
+
+    publisher_pool = producer_pool  # Celery's compat alias
+
+    def _create_task_sender(self) -> Callable[..., Any]:
+        send = super()._create_task_sender()
+        ladder_producer = self.Producer
+
+        def send_task_message(producer: Any, name: str, message: Any, **kwargs: Any) -> Any:
+            if not isinstance(producer, LadderProducerMixin) and message.headers.get("eta"):
+                producer = ladder_producer(
+                    producer.channel, exchange=producer.exchange, routing_key=producer.routing_key,
+                    serializer=producer.serializer, compression=producer.compression, auto_declare=False,
+                )
+            return send(producer, name, message, **kwargs)
+
+        return send_task_message
