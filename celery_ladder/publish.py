@@ -90,7 +90,7 @@ class LadderTaskProducer(LadderProducerMixin, Producer):
         return super().publish(body, routing_key, *args, **kwargs)
 
     def _ladder_eta(self, kwargs: Mapping[str, Any]) -> Optional[datetime]:
-        headers = kwargs.get("headers")
+        headers: Any = kwargs.get("headers")
         if not _is_task_message(headers) or not headers.get("eta") or self.app is None:
             return None
         if not LadderSettings.from_conf(self.app.conf).enabled:
@@ -109,6 +109,8 @@ class LadderAMQP(AMQP):
     (``apply_async()``, retries, canvas). A producer passed explicitly with
     ``apply_async(producer=...)`` is wrapped when its task has an ETA.
     """
+
+    _producer_pool: Optional[ProducerPool]  #: set to None by AMQP.__init__ (untyped in Celery)
 
     @cached_property
     def Producer(self) -> type:  # type: ignore[override]  # noqa: N802 - Celery's attribute name
