@@ -112,7 +112,3 @@ def wait_until(condition: Callable[[], object], timeout: float, message: str,
             extra = on_timeout() if on_timeout else ""
             raise AssertionError(f"timed out after {timeout:g}s waiting for {message}\n{extra}")
         time.sleep(0.2)
-
-
-
-
