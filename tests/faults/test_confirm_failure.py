@@ -1,0 +1,145 @@
+"""Fault: the republish is nacked, or the connection dies before its confirm; the expiry is not acked."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Any, Iterator
+
+import pytest
+from kombu import Connection, Producer, Queue
+
+from kombu_ladder import Relay, declare
+from kombu_ladder.contract import CONTROL, MESSAGE_TYPE
+from kombu_ladder.envelope import scheduled_headers
+from kombu_ladder.relay import RelayCore
+
+from .faultkit import wait_until
+
+pytestmark = pytest.mark.broker
+
+#: Expired messages put on the control queue by each test.
+COUNT = 5
+
+
+def put_due(conn: Connection, target: str, count: int) -> None:
+    """Put ``count`` already-due messages for queue ``target`` straight on the control queue."""
+    producer = Producer(conn.default_channel)
+    now_ms = int(time.time() * 1000)
+    for n in range(count):
+        producer.publish(
+            {"n": n}, exchange="", routing_key=CONTROL, serializer="json", delivery_mode=2,
+            type=MESSAGE_TYPE,
+            headers=scheduled_headers({}, exchange="", routing_key=target, due_at=now_ms - 1000,
+                                      content_type="application/json"),
+        )
+
+
+def depth(conn: Connection, queue: str) -> int:
+    """Ready messages in ``queue``."""
+    channel = conn.channel()
+    try:
+        return int(channel.queue_declare(queue, passive=True)[1])
+    finally:
+        channel.close()
+
+
+@pytest.fixture
+def conn(fault_url: str) -> Iterator[Connection]:
+    with Connection(fault_url) as connection:
+        declare(connection)
+        yield connection
+
+
+def drive(core: RelayCore, url: str, seconds: float) -> Connection:
+    """Run ``core`` on a fresh connection for ``seconds``; return the (still open) connection."""
+    connection = Connection(url)
+    channel = connection.channel()
+    core.consumer(channel).consume()
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            connection.drain_events(timeout=0.2)
+        except socket.timeout:
+            pass
+    return connection
+
+
+def test_nacked_republish_is_not_acked(conn: Connection, fault_url: str, report: dict[str, Any]) -> None:
+    target = "faults.full"
+    Queue(target, durable=True, queue_arguments={"x-max-length": COUNT, "x-overflow": "reject-publish"})(
+        conn.default_channel).declare()
+    producer = Producer(conn.default_channel)
+    for _ in range(COUNT):  # the target is full: every delivery to it is nacked
+        producer.publish({"n": -1}, routing_key=target, serializer="json")
+    put_due(conn, target, COUNT)
+
+    core = RelayCore()
+    relay_conn = drive(core, fault_url, 2.0)
+    nacked_rounds = core.counters.received
+    assert core.counters.received >= COUNT, "the relay should have tried every expiry"
+    assert core.counters.delivered == 0
+    relay_conn.release()  # whatever the relay still held goes back to the control queue
+    wait_until(lambda: depth(conn, CONTROL) == COUNT, 10, "every nacked expiry back on the control queue")
+    assert depth(conn, target) == COUNT
+
+    conn.default_channel.queue_purge(target)  # the operator makes room
+    relay = Relay(conn.clone())
+    thread = threading.Thread(target=relay.run, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: depth(conn, target) == COUNT and depth(conn, CONTROL) == 0, 20,
+                   "the expiries delivered once the target had room")
+    finally:
+        relay.stop()
+        thread.join(10)
+        relay.connection.release()
+    assert relay.counters.delivered == COUNT
+    report.update(sent=COUNT, delivered=relay.counters.delivered, duplicated=0, lost=0,
+                  nacked_attempts_in_2s=nacked_rounds)
+
+
+def test_connection_lost_before_confirm_is_not_acked(conn: Connection, fault_url: str,
+                                                     report: dict[str, Any]) -> None:
+    target = "faults.lost-confirm"
+    Queue(target, durable=True)(conn.default_channel).declare()
+    put_due(conn, target, COUNT)
+
+    core = RelayCore()
+    relay_conn = Connection(fault_url)
+    channel = relay_conn.channel()
+    consumer = core.consumer(channel)
+    # The confirms never reach the relay, as when its connection dies between the
+    # publish and the confirm: it publishes every expiry and must ack none of them.
+    channel.events["basic_ack"].discard(core._on_ack)
+    consumer.consume()
+    wait_until(lambda: _drain(relay_conn) or core.counters.received == COUNT, 10, "every expiry received")
+    wait_until(lambda: depth(conn, target) == COUNT, 10, "the republished copies to reach the target")
+    assert core.outstanding == COUNT
+    relay_conn.connection.sock.shutdown(socket.SHUT_RDWR)
+    relay_conn.connection.sock.close()
+    wait_until(lambda: depth(conn, CONTROL) == COUNT, 15, "all expiries back on the control queue")
+    assert core.counters.delivered == 0
+
+    relay = Relay(conn.clone())
+    thread = threading.Thread(target=relay.run, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: depth(conn, CONTROL) == 0 and depth(conn, target) == 2 * COUNT, 20,
+                   "every expiry delivered after the reconnect")
+    finally:
+        relay.stop()
+        thread.join(10)
+        relay.connection.release()
+    # At least once: each message whose confirm was lost is delivered twice; none is lost.
+    report.update(sent=COUNT, delivered=COUNT, duplicated=depth(conn, target) - COUNT, lost=0)
+    assert relay.counters.delivered == COUNT
+
+
+def _drain(connection: Connection) -> bool:
+    try:
+        connection.drain_events(timeout=0.1)
+    except socket.timeout:
+        pass
+    return False
