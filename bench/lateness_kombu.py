@@ -1,0 +1,164 @@
+"""Lateness under mixed delays at the kombu level: (a) per-message TTL and (b) kombu_ladder with its relay."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+from kombu import Connection, Consumer, Exchange, Producer, Queue
+
+from kombu_ladder.contract import CONTROL
+from kombu_ladder.producer import LadderProducer
+from kombu_ladder.topology import declare
+
+from .common import Child, Config, Progress, Vhost, log, payload, queue_depth, summarize, wait_until
+
+__all__ = ["TARGET", "delays", "Arrivals", "run_ttl", "run_ladder", "run"]
+
+#: The queue every contender delivers to; a consumer records arrival times there.
+TARGET = "bench.target"
+
+#: The consumer-less queue of contender (a), dead-lettering to :data:`TARGET`.
+TTL_WAIT = "bench.ttl-wait"
+
+
+def delays(n: int, max_delay: float, seed: int) -> list[float]:
+    """``n`` delays drawn uniformly from [1, max_delay] seconds, in random order."""
+    rng = random.Random(seed)
+    return [rng.uniform(1.0, max_delay) for _ in range(n)]
+
+
+class Arrivals:
+    """Consume :data:`TARGET` in a thread of its own and record ``(index, due_ms, arrival_ms)``."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.records: list[tuple[int, int, float]] = []
+        self.ready = threading.Event()
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="arrivals", daemon=True)
+
+    def _on_message(self, body: Any, message: Any) -> None:
+        now = time.time() * 1000
+        data = json.loads(message.body)
+        self.records.append((data["i"], data["due"], now))
+        message.ack()
+
+    def _run(self) -> None:
+        with Connection(self.url) as conn:
+            with Consumer(conn.channel(), [Queue(TARGET, durable=True)], callbacks=[self._on_message],
+                          prefetch_count=500, accept=["json"]):
+                self.ready.set()
+                while not self._stop:
+                    try:
+                        conn.drain_events(timeout=0.2)
+                    except TimeoutError:
+                        pass
+
+    def start(self) -> "Arrivals":
+        """Start consuming; return once the consumer is registered."""
+        self._thread.start()
+        if not self.ready.wait(30):
+            raise RuntimeError("the arrivals consumer did not start")
+        return self
+
+    def stop(self) -> None:
+        """Stop consuming."""
+        self._stop = True
+        self._thread.join(5)
+
+    def wait(self, n: int, deadline: float, label: str) -> bool:
+        """Wait until ``n`` messages arrived or the epoch-seconds ``deadline`` passes; show progress."""
+        progress = Progress(n, label)
+        while len(self.records) < n and time.time() < deadline:
+            progress.update(len(self.records))
+            time.sleep(0.1)
+        progress.update(len(self.records))
+        progress.close("" if len(self.records) >= n else f"still waiting after {time.time() - deadline:+.0f}s")
+        return len(self.records) >= n
+
+    def lateness(self) -> list[float]:
+        """Arrival minus due time, in ms, per arrived message."""
+        return [arrival - due for _, due, arrival in self.records]
+
+
+def _publish_all(ds: list[float], publish: Callable[[int, float, int], None], label: str) -> float:
+    progress = Progress(len(ds), label)
+    for i, delay in enumerate(ds):
+        now = time.time()
+        due = int(now * 1000) + round(delay * 1000)
+        publish(i, now, due)
+        if i % 100 == 0:
+            progress.update(i)
+    progress.update(len(ds))
+    progress.close()
+    return time.time()
+
+
+def run_ttl(config: Config, ds: list[float]) -> dict[str, Any]:
+    """Contender (a): per-message ``expiration`` into a consumer-less queue dead-lettering to the target."""
+    with Vhost("ttl") as vhost, vhost.connection() as conn:
+        channel = conn.channel()
+        Queue(TARGET, durable=True)(channel).declare()
+        Queue(TTL_WAIT, Exchange(""), durable=True, queue_arguments={
+            "x-dead-letter-exchange": "", "x-dead-letter-routing-key": TARGET})(channel).declare()
+        arrivals = Arrivals(vhost.url).start()
+        producer = Producer(channel)
+
+        def publish(i: int, now: float, due: int) -> None:
+            producer.publish(payload(i, due), routing_key=TTL_WAIT, exchange="", serializer=None,
+                             content_type="application/json", delivery_mode=2, expiration=(due / 1000 - now))
+
+        last = _publish_all(ds, publish, "(a) publish")
+        arrivals.wait(len(ds), last + max(ds) + config.lateness_grace, "(a) per-message TTL arrivals")
+        arrivals.stop()
+    return {"name": "(a) per-message TTL", "lateness": arrivals.lateness(),
+            "summary": summarize(arrivals.lateness(), len(ds))}
+
+
+def run_ladder(config: Config, ds: list[float]) -> dict[str, Any]:
+    """Contender (b): ``LadderProducer.publish(countdown=)`` with ``kombu_ladder.relay.Relay`` in a child process."""
+    with Vhost("ladder") as vhost, vhost.connection() as conn:
+        declare(conn)
+        channel = conn.channel()
+        Queue(TARGET, durable=True)(channel).declare()
+        arrivals = Arrivals(vhost.url).start()
+        relay = Child([sys.executable, "-m", "bench.relay_proc", "--kind", "ours", "--url", vhost.url, "--forever"],
+                      stdout=subprocess.PIPE)
+        try:
+            if not wait_until(lambda: queue_depth(conn, CONTROL)[1] > 0, timeout=30):
+                raise RuntimeError("the relay child did not start consuming")
+            producer = LadderProducer(channel)
+
+            def publish(i: int, now: float, due: int) -> None:
+                producer.clock = lambda: now  # the due time we record is the one the producer computes
+                countdown = (due - int(now * 1000)) / 1000
+                producer.publish(payload(i, due), routing_key=TARGET, exchange="", serializer=None,
+                                 content_type="application/json", delivery_mode=2, countdown=countdown)
+
+            last = _publish_all(ds, publish, "(b) publish")
+            arrivals.wait(len(ds), last + max(ds) + config.lateness_grace, "(b) kombu_ladder arrivals")
+        finally:
+            relay.stop(sig=15)
+            arrivals.stop()
+        out = relay.proc.stdout.read() if relay.proc.stdout else ""  # type: ignore[union-attr]
+    counters = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
+    summary = summarize(arrivals.lateness(), len(ds))
+    summary["hops_per_message"] = counters.get("hops", 0) / len(ds) if counters else None
+    return {"name": "(b) kombu_ladder", "lateness": arrivals.lateness(), "summary": summary, "relay": counters}
+
+
+def run(config: Config, seed: int = 5) -> dict[str, Any]:
+    """Run contenders (a) and (b) one after the other on the same delays."""
+    ds = delays(config.kombu_n, config.max_delay, seed)
+    results = {}
+    log(f"lateness (a): per-message TTL, {len(ds)} messages, delays 1-{config.max_delay:g}s")
+    results["a"] = run_ttl(config, ds)
+    log(f"lateness (b): kombu_ladder, {len(ds)} messages, delays 1-{config.max_delay:g}s")
+    results["b"] = run_ladder(config, ds)
+    return results
