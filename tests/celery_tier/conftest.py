@@ -1,0 +1,40 @@
+"""Celery-tier fixtures: an installed app on the session vhost, and celery.contrib.pytest's embedded worker."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import pytest
+from celery.contrib.pytest import (  # noqa: F401 - fixtures used by name
+    celery_includes,
+    celery_worker,
+    celery_worker_parameters,
+    celery_worker_pool,
+)
+from celery.contrib.testing.app import TestApp, setup_default_app
+from kombu import Connection
+
+import celery_ladder
+
+from .helpers import Recorder, purge_queues, register_tasks
+
+
+@pytest.fixture
+def celery_overrides() -> dict[str, Any]:
+    """Per-module extra Celery configuration (override in a test module)."""
+    return {}
+
+
+@pytest.fixture
+def celery_app(broker_url: str, connection: Connection, celery_overrides: dict[str, Any]) -> Iterator[Any]:
+    """A Celery app on the session vhost with the ladder installed; replaces celery.contrib.pytest's."""
+    purge_queues(broker_url)
+    config = {"broker_url": broker_url, "broker_connection_retry_on_startup": True, **celery_overrides}
+    app = TestApp(set_as_current=False, config=config)
+    celery_ladder.install(app)
+    app.recorder = Recorder()
+    register_tasks(app)
+    with setup_default_app(app):
+        yield app
+    app.close()
+
