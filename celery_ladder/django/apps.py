@@ -39,9 +39,11 @@ class LadderConfig(AppConfig):
         from .. import install
         from ..settings import LadderSettings
 
-        app = current_app._get_current_object()
-        if app is _state.default_app:
+        # Not "is _state.default_app": Celery's Django fixup makes the project's app the
+        # default one. Only Celery's own fallback app is never set as current.
+        if getattr(_state._tls, "current_app", None) is None:
             logger.warning(W_DEFAULT_APP)
             return
+        app = current_app._get_current_object()
         install(app)
         LadderSettings.from_conf(app.conf)
