@@ -1,0 +1,9 @@
+"""An in-memory RabbitMQ with TTL, dead-lettering and a virtual clock, behind a real kombu transport."""
+
+from __future__ import annotations
+
+from .broker import Arrival, SimulatedBroker, SimulatorStalled
+from .driver import SimulatedRelay
+from .transport import SCHEME, Transport
+
+__all__ = ["SCHEME", "Arrival", "SimulatedBroker", "SimulatedRelay", "SimulatorStalled", "Transport"]

@@ -1,0 +1,207 @@
+"""SimulatedBroker: the in-memory RabbitMQ with a virtual clock, as tests and demos use it."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import datetime
+from typing import Any, NamedTuple, Optional, Union
+
+from amqp.basic_message import Message as AmqpMessage
+from kombu import Connection
+from kombu.transport import pyamqp
+
+from .clock import VirtualClock
+from .core import BrokerCore
+from .registry import install_scheme, register, unique_name
+from .transport import SCHEME
+from .wire import client_body, round_trip_properties
+
+__all__ = ["SimulatedBroker", "Arrival", "SimulatorStalled"]
+
+logger = logging.getLogger(__name__)
+
+install_scheme(SCHEME)
+
+
+class SimulatorStalled(RuntimeError):
+    """A consumer thread did not handle what was delivered to it in time."""
+
+
+class Arrival(NamedTuple):
+    """A message as it reached a queue, and when (virtual time)."""
+
+    #: Virtual epoch seconds of the arrival.
+    at: float
+    #: The message as a consumer would have read it (a kombu Message without a channel).
+    message: Any
+
+
+class SimulatedBroker(BrokerCore):
+    """An in-memory RabbitMQ (classic queues) behind a real kombu transport, on a virtual clock.
+
+    Arguments:
+        start: the virtual time to start at (epoch seconds or an aware
+            datetime); the default is now, rounded down to the second.
+        name: the broker's name in its ``ladder-sim://localhost/<name>`` URL.
+        record: keep every arrival for :meth:`arrivals`.
+        settle_timeout: real seconds :meth:`advance` waits for consumer threads.
+    """
+
+    def __init__(self, *, start: Optional[Union[float, datetime]] = None, name: Optional[str] = None,
+                 record: bool = True, settle_timeout: float = 10.0) -> None:
+        super().__init__(VirtualClock(start), record=record)
+        self.name = name or unique_name()
+        self.settle_timeout = settle_timeout
+        self._driven: list[Any] = []
+        register(self.name, self)
+
+    def __repr__(self) -> str:
+        return f"<SimulatedBroker {self.name} at {self.clock.datetime().isoformat()}>"
+
+    # -- connecting -----------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """The broker URL (for kombu ``Connection`` or Celery's ``broker_url``)."""
+        return f"{SCHEME}://localhost/{self.name}"
+
+    def connection(self, **kwargs: Any) -> Connection:
+        """Return a new kombu Connection to this broker (``kwargs`` go to Connection)."""
+        return Connection(self.url, **kwargs)
+
+    def drive(self, connection: Connection) -> None:
+        """Have :meth:`advance` and :meth:`settle` handle ``connection``'s deliveries in the calling thread.
+
+        For consumers nobody drains: :meth:`relay` uses it for its relay.
+        """
+        transport = connection.connection  # establishes the connection when needed
+        transport.driven = True
+        self._driven.append(transport)
+
+    def relay(self, **options: Any) -> Any:
+        """Start a relay that :meth:`advance` runs synchronously; see :class:`SimulatedRelay`."""
+        from .driver import SimulatedRelay
+
+        return SimulatedRelay(self, **options)
+
+    # -- the clock --------------------------------------------------------------
+
+    def now(self) -> float:
+        """Return the virtual time in epoch seconds (pass as ``clock=``)."""
+        return self.clock.now()
+
+    @property
+    def now_ms(self) -> int:
+        """The virtual time in epoch milliseconds."""
+        return self.clock.ms
+
+    def datetime(self) -> datetime:
+        """Return the virtual time as an aware UTC datetime."""
+        return self.clock.datetime()
+
+    def next_expiry(self) -> Optional[float]:
+        """Return when the next message expires (virtual epoch seconds), or None."""
+        with self.lock:
+            due = self._next_due()
+        return None if due is None else due / 1000
+
+    def advance(self, seconds: float) -> None:
+        """Move virtual time forward by ``seconds``, processing everything due on the way.
+
+        Expiries happen in due order; each dead-lettered message is routed,
+        and every consumer that is being drained (a :meth:`relay`, or a
+        ``Scheduler``'s relay thread) handles what reached it before the clock
+        moves on. ``advance(0)`` just lets consumers catch up.
+        """
+        target = self.clock.ms + VirtualClock.to_ms(seconds)
+        self.settle()
+        while True:
+            with self.lock:
+                due = self._next_due()
+                last = due is None or due > target
+                self.clock.move_to(target if last or due is None else due)
+                self._expire_due()
+            self.settle()
+            if last:
+                return
+
+    def _next_due(self) -> Optional[int]:
+        heads = [q.ready[0].expires_at for q in self.queues.values() if q.ready]
+        due = [t for t in heads if t is not None]
+        return min(due) if due else None
+
+    def _expire_due(self) -> None:
+        now = self.clock.ms
+        for queue in list(self.queues.values()):
+            if queue.ready and queue.ready[0].expires_at is not None and queue.ready[0].expires_at <= now:
+                self.dispatch(queue)
+
+    def settle(self) -> None:
+        """Let every consumer handle what has been delivered to it, until nothing moves.
+
+        Driven connections (:meth:`drive`) are processed in this thread; for
+        consumers on other threads it waits, up to ``settle_timeout`` real seconds.
+
+        Raises:
+            SimulatorStalled: a consumer thread kept messages waiting too long.
+        """
+        deadline = time.monotonic() + self.settle_timeout
+        me = threading.current_thread()
+        while True:
+            handled = sum(t.process() for t in self._driven if not t.closed)
+            with self.cond:
+                waiting = [t for t in self.connections if not t.driven and not t.closed and (t.inbox or t.busy)
+                           and t.driver is not None and t.driver is not me and t.driver.is_alive()]
+                if not waiting:
+                    if not handled and not any(t.inbox for t in self._driven if not t.closed):
+                        return
+                    continue
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise SimulatorStalled(
+                        f"consumer thread(s) {sorted(t.driver.name for t in waiting)} did not handle their "
+                        f"deliveries within {self.settle_timeout:g}s of real time")
+                self.cond.wait(min(remaining, 0.05))
+
+    # -- looking inside ---------------------------------------------------------
+
+    def queue_names(self) -> list[str]:
+        """Return the declared queues' names, sorted."""
+        with self.lock:
+            return sorted(self.queues)
+
+    def depth(self, queue: str) -> int:
+        """Return how many messages are ready in ``queue`` (0 when it does not exist)."""
+        with self.lock:
+            found = self.queues.get(queue)
+            return len(found.ready) if found else 0
+
+    def messages(self, queue: str) -> list[Any]:
+        """Return the messages ready in ``queue``, head first, without taking them."""
+        with self.lock:
+            found = self.queues.get(queue)
+            return [_snapshot(m) for m in (found.ready if found else ())]
+
+    def take(self, queue: str, limit: Optional[int] = None) -> list[Any]:
+        """Remove and return up to ``limit`` (default: all) ready messages from ``queue``, head first."""
+        with self.lock:
+            found = self.queues.get(queue)
+            out: list[Any] = []
+            while found is not None and found.ready and (limit is None or len(out) < limit):
+                out.append(_snapshot(found.ready.popleft()))
+            return out
+
+    def arrivals(self, queue: str) -> list[Arrival]:
+        """Return every message that reached ``queue`` so far, with its virtual arrival time."""
+        with self.lock:
+            return [Arrival(ms / 1000, _snapshot(m)) for ms, m in self._arrivals.get(queue, ())]
+
+
+def _snapshot(stored: Any) -> Any:
+    properties = round_trip_properties(stored.properties)
+    raw = AmqpMessage(client_body(stored.body, properties), **properties)
+    raw.delivery_info = {"delivery_tag": None, "redelivered": stored.redelivered,
+                         "exchange": stored.exchange, "routing_key": stored.routing_key}
+    return pyamqp.Message(raw, channel=None)

@@ -1,0 +1,340 @@
+"""The simulator's channel: py-amqp's methods, signatures and events, backed by a SimulatedBroker."""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict, defaultdict
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+import amqp
+from amqp import spec
+from amqp.basic_message import Message as AmqpMessage
+from amqp.exceptions import (
+    AMQPNotImplementedError,
+    ChannelError,
+    MessageNacked,
+    RecoverableConnectionError,
+    error_for_code,
+)
+from amqp.protocol import queue_declare_ok_t
+from kombu.transport import pyamqp, virtual
+from kombu.transport.base import to_rabbitmq_queue_arguments
+
+from .declarations import token
+from .wire import body_bytes, client_body, round_trip_properties
+
+if TYPE_CHECKING:
+    from .transport import Transport
+
+__all__ = ["Channel", "Confirm"]
+
+logger = logging.getLogger(__name__)
+
+W_NO_CALLBACK = "rejecting delivery %s for consumer %s: it has no callback (cancelled?)"
+
+
+def _channel_op(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Run a channel method; a channel error resets the channel as RabbitMQ and py-amqp do."""
+    def wrapper(self: "Channel", *args: Any, **kwargs: Any) -> Any:
+        if self.closed:
+            raise RecoverableConnectionError("connection already closed")
+        try:
+            return method(self, *args, **kwargs)
+        except ChannelError:
+            self._reset()
+            raise
+        except amqp.exceptions.IrrecoverableConnectionError:
+            self.connection.client.release()
+            raise
+    wrapper.__name__ = method.__name__
+    wrapper.__doc__ = method.__doc__
+    return wrapper
+
+
+class _Delivery:
+    __slots__ = ("channel", "generation", "consumer_tag", "delivery_tag", "message")
+
+    def __init__(self, channel: "Channel", consumer_tag: str, delivery_tag: int, message: Any) -> None:
+        self.channel, self.generation = channel, channel.generation
+        self.consumer_tag, self.delivery_tag, self.message = consumer_tag, delivery_tag, message
+
+    def fire(self) -> None:
+        self.channel._on_delivery(self)
+
+
+class Confirm:
+    __slots__ = ("channel", "generation", "seq", "multiple", "ack")
+
+    def __init__(self, channel: "Channel", seq: int, ack: bool) -> None:
+        self.channel, self.generation, self.seq, self.multiple, self.ack = channel, channel.generation, seq, False, ack
+
+    def fire(self) -> None:
+        self.channel._on_confirm(self)
+
+
+class _Return:
+    __slots__ = ("channel", "generation", "args")
+
+    def __init__(self, channel: "Channel", *args: Any) -> None:
+        self.channel, self.generation, self.args = channel, channel.generation, args
+
+    def fire(self) -> None:
+        self.channel._on_return(self)
+
+
+class Channel(virtual.Channel):
+    """A channel with py-amqp's methods, signatures and event handlers (``events``)."""
+
+    Message = pyamqp.Message  # type: ignore[assignment]
+
+    def __init__(self, connection: "Transport", **kwargs: Any) -> None:
+        super().__init__(connection, **kwargs)
+        self.broker = connection.broker
+        #: py-amqp's event handlers: ``basic_ack``, ``basic_nack``, ``basic_return``.
+        self.events: defaultdict[str, set[Callable[..., Any]]] = defaultdict(set)
+        self.no_ack_consumers: set[str] = set()  # type: ignore[assignment]
+        self.callbacks: dict[str, Callable[[Any], Any]] = {}
+        self.consumers: dict[str, Any] = {}
+        self.unacked: "OrderedDict[int, Any]" = OrderedDict()
+        self.generation = 0
+        self._open()
+
+    def _open(self) -> None:
+        self.prefetch = 0
+        self.global_prefetch = 0
+        self.confirm = False
+        self.confirmed = 0
+        self.nacked: set[int] = set()
+        self._publish_seq = 0
+        self._delivery_tag = 0
+        self.closed = False
+
+    def _reset(self) -> None:
+        """What a channel error does: the broker closes the channel, py-amqp reopens it."""
+        self.broker.close_channel(self)
+        self.callbacks.clear()
+        self.no_ack_consumers.clear()
+        self.generation += 1
+        self._open()
+
+    # -- hooks the broker calls (with its lock held) ----------------------------
+
+    def next_publish_seq(self) -> int:
+        self._publish_seq += 1
+        return self._publish_seq
+
+    def next_delivery_tag(self) -> int:
+        self._delivery_tag += 1
+        return self._delivery_tag
+
+    def post_delivery(self, consumer_tag: str, delivery_tag: int, message: Any) -> None:
+        self.connection.post(_Delivery(self, consumer_tag, delivery_tag, message))
+
+    def post_confirm(self, seq: int, ack: bool) -> None:
+        self.connection.post(Confirm(self, seq, ack))
+
+    def post_return(self, code: int, text: str, exchange: str, routing_key: str, body: bytes,
+                    properties: dict[str, Any]) -> None:
+        self.connection.post(_Return(self, code, text, exchange, routing_key, body, properties))
+
+    # -- events, run by drain_events in the consuming thread ------------------------
+
+    def _raw(self, body: bytes, properties: dict[str, Any]) -> AmqpMessage:
+        properties = round_trip_properties(properties)
+        return AmqpMessage(client_body(body, properties), channel=self, **properties)
+
+    def _on_delivery(self, event: _Delivery) -> None:
+        if self.closed or event.generation != self.generation:
+            return  # the channel was closed or reset since: the message went back to its queue
+        stored = event.message
+        raw = self._raw(stored.body, stored.properties)
+        raw.delivery_info = {
+            "consumer_tag": event.consumer_tag, "delivery_tag": event.delivery_tag,
+            "redelivered": stored.redelivered, "exchange": stored.exchange, "routing_key": stored.routing_key,
+        }
+        callback = self.callbacks.get(event.consumer_tag)
+        if callback is None:
+            logger.warning(W_NO_CALLBACK, event.delivery_tag, event.consumer_tag)
+            if event.delivery_tag in self.unacked:
+                self.basic_reject(event.delivery_tag, requeue=True)
+            return
+        callback(raw)
+
+    def _on_confirm(self, event: Confirm) -> None:
+        if event.generation != self.generation:
+            return
+        if not event.ack:
+            self.nacked.add(event.seq)
+        self.confirmed = max(self.confirmed, event.seq)
+        for handler in list(self.events["basic_ack" if event.ack else "basic_nack"]):
+            handler(event.seq, event.multiple)
+
+    def _on_return(self, event: _Return) -> None:
+        if event.generation != self.generation:
+            return
+        code, text, exchange, routing_key, body, properties = event.args
+        exc = error_for_code(code, text, spec.Basic.Return, ChannelError)
+        handlers = self.events.get("basic_return")
+        if not handlers:
+            raise exc
+        for handler in list(handlers):
+            handler(exc, exchange, routing_key, self._raw(body, properties))
+
+    # -- AMQP methods ---------------------------------------------------------------
+
+    @_channel_op
+    def exchange_declare(self, exchange: str = "", type: str = "direct", passive: bool = False,
+                         durable: bool = False, auto_delete: bool = True, nowait: bool = False,
+                         arguments: Optional[dict[str, Any]] = None, internal: bool = False, **_: Any) -> None:
+        self.broker.exchange_declare(self, exchange, type, durable=durable, auto_delete=auto_delete,
+                                     internal=internal, arguments=arguments, passive=passive)
+
+    @_channel_op
+    def exchange_delete(self, exchange: str = "", if_unused: bool = False, nowait: bool = False) -> None:
+        self.broker.exchange_delete(exchange, if_unused=if_unused)
+
+    @_channel_op
+    def exchange_bind(self, destination: str, source: str = "", routing_key: str = "", nowait: bool = False,
+                      arguments: Optional[dict[str, Any]] = None) -> None:
+        self.broker.bind(source, destination, routing_key, arguments, to_exchange=True)
+
+    @_channel_op
+    def exchange_unbind(self, destination: str, source: str = "", routing_key: str = "", nowait: bool = False,
+                        arguments: Optional[dict[str, Any]] = None) -> None:
+        self.broker.bind(source, destination, routing_key, arguments, to_exchange=True, unbind=True)
+
+    @_channel_op
+    def queue_declare(self, queue: str = "", passive: bool = False, durable: bool = False,
+                      exclusive: bool = False, auto_delete: bool = True, nowait: bool = False,
+                      arguments: Optional[dict[str, Any]] = None, **_: Any) -> Any:
+        return queue_declare_ok_t(*self.broker.queue_declare(
+            self, queue, passive=passive, durable=durable, exclusive=exclusive, auto_delete=auto_delete,
+            arguments=arguments))
+
+    @_channel_op
+    def queue_bind(self, queue: str, exchange: str = "", routing_key: str = "", nowait: bool = False,
+                   arguments: Optional[dict[str, Any]] = None, **_: Any) -> None:
+        self.broker.bind(exchange, queue, routing_key, arguments)
+
+    @_channel_op
+    def queue_unbind(self, queue: str, exchange: str, routing_key: str = "", nowait: bool = False,
+                     arguments: Optional[dict[str, Any]] = None, **_: Any) -> None:
+        self.broker.bind(exchange, queue, routing_key, arguments, unbind=True)
+
+    @_channel_op
+    def queue_purge(self, queue: str = "", nowait: bool = False, **_: Any) -> int:
+        return self.broker.queue_purge(queue)
+
+    @_channel_op
+    def queue_delete(self, queue: str = "", if_unused: bool = False, if_empty: bool = False,
+                     nowait: bool = False, **_: Any) -> int:
+        return self.broker.queue_delete(queue, if_unused=if_unused, if_empty=if_empty)
+
+    def prepare_queue_arguments(self, arguments: Any, **kwargs: Any) -> Any:
+        return to_rabbitmq_queue_arguments(arguments, **kwargs)
+
+    def prepare_message(self, body: Any, priority: Optional[int] = None, content_type: Optional[str] = None,
+                        content_encoding: Optional[str] = None, headers: Optional[dict[str, Any]] = None,
+                        properties: Optional[dict[str, Any]] = None) -> AmqpMessage:
+        return AmqpMessage(body, priority=priority, content_type=content_type,
+                           content_encoding=content_encoding, application_headers=headers,
+                           **(properties or {}))
+
+    def message_to_python(self, raw_message: Any) -> Any:
+        return self.Message(raw_message, channel=self)
+
+    @_channel_op
+    def _basic_publish(self, msg: Any, exchange: str = "", routing_key: str = "", mandatory: bool = False,
+                       immediate: bool = False, **_: Any) -> None:
+        if immediate:
+            raise AMQPNotImplementedError("NOT_IMPLEMENTED - immediate=true", spec.Basic.Publish, reply_code=540)
+        properties = dict(msg.properties)
+        body = body_bytes(msg.body, properties)
+        self.broker.publish(self, body, properties, exchange or "", routing_key or "", mandatory=mandatory)
+
+    basic_publish = _basic_publish
+
+    def basic_publish_confirm(self, *args: Any, **kwargs: Any) -> None:
+        """Publish and wait for the broker's confirm, as py-amqp's does; a nack raises MessageNacked."""
+        kwargs.pop("confirm_timeout", None)
+        if not self.confirm:
+            self.confirm_select()
+        self._basic_publish(*args, **kwargs)
+        seq = self._publish_seq
+        self.connection.process_until(lambda: self.confirmed >= seq or self.closed)
+        if seq in self.nacked:
+            raise MessageNacked()
+
+    @_channel_op
+    def confirm_select(self, nowait: bool = False) -> None:
+        self.confirm = True
+
+    @_channel_op
+    def basic_qos(self, prefetch_size: int = 0, prefetch_count: int = 0, a_global: bool = False) -> None:
+        if a_global:
+            self.global_prefetch = int(prefetch_count)
+        else:
+            self.prefetch = int(prefetch_count)
+
+    @_channel_op
+    def basic_consume(self, queue: str = "", consumer_tag: str = "", no_local: bool = False,
+                      no_ack: bool = False, exclusive: bool = False, nowait: bool = False,
+                      callback: Optional[Callable[[Any], Any]] = None, arguments: Optional[dict[str, Any]] = None,
+                      on_cancel: Any = None, **_: Any) -> str:
+        tag = consumer_tag or token("amq.ctag-")
+        self.connection.claim()
+        if callback is not None:
+            self.callbacks[tag] = callback
+        if no_ack:
+            self.no_ack_consumers.add(tag)
+        try:
+            return self.broker.consume(self, queue, tag, no_ack=no_ack, exclusive=exclusive)
+        except Exception:
+            self.callbacks.pop(tag, None)
+            self.no_ack_consumers.discard(tag)
+            raise
+
+    @_channel_op
+    def basic_cancel(self, consumer_tag: str, nowait: bool = False) -> None:
+        self.broker.cancel(self, consumer_tag)
+        self.callbacks.pop(consumer_tag, None)
+        self.no_ack_consumers.discard(consumer_tag)
+
+    @_channel_op
+    def basic_get(self, queue: str = "", no_ack: bool = False, **_: Any) -> Optional[AmqpMessage]:
+        got = self.broker.get(self, queue, no_ack=no_ack)
+        if got is None:
+            return None
+        tag, stored, left = got
+        raw = self._raw(stored.body, stored.properties)
+        raw.delivery_info = {"delivery_tag": tag, "redelivered": stored.redelivered,
+                             "exchange": stored.exchange, "routing_key": stored.routing_key, "message_count": left}
+        return raw
+
+    @_channel_op
+    def basic_ack(self, delivery_tag: int, multiple: bool = False, **_: Any) -> None:
+        self.broker.resolve(self, delivery_tag, multiple=multiple, outcome="ack")
+
+    @_channel_op
+    def basic_reject(self, delivery_tag: int, requeue: bool = True, **_: Any) -> None:
+        self.broker.resolve(self, delivery_tag, multiple=False, outcome="requeue" if requeue else "reject")
+
+    @_channel_op
+    def basic_nack(self, delivery_tag: int, multiple: bool = False, requeue: bool = True, **_: Any) -> None:
+        self.broker.resolve(self, delivery_tag, multiple=multiple, outcome="requeue" if requeue else "reject")
+
+    @_channel_op
+    def basic_recover(self, requeue: bool = True) -> None:
+        self.broker.resolve(self, 0, multiple=True, outcome="requeue")
+
+    def flow(self, active: bool = True) -> None:
+        """Accepted and ignored: the simulator never throttles."""
+
+    def close(self) -> None:
+        """Close the channel: cancel its consumers and requeue what it has not acked."""
+        if self.closed and self.connection is None:
+            return
+        self.broker.close_channel(self)
+        self.closed = True
+        if self.connection is not None:
+            self.connection.close_channel(self)

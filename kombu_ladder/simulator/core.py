@@ -1,0 +1,279 @@
+"""The broker's state machine: route, enqueue, deliver, acknowledge and dead-letter."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter, defaultdict
+from typing import Any, Iterable, Optional
+
+from amqp import spec
+from amqp.exceptions import AccessRefused, PreconditionFailed
+
+from .clock import VirtualClock
+from .deadletter import dead_letter_headers, is_cycle
+from .declarations import PREDECLARED, Declarations, token
+from .entities import ConsumerRef, SimExchange, SimQueue, Stored
+from .wire import round_trip_properties
+
+__all__ = ["BrokerCore", "PREDECLARED"]
+
+logger = logging.getLogger(__name__)
+
+class BrokerCore(Declarations):
+    """Exchanges, queues and messages, with RabbitMQ's rules; every method takes the lock."""
+
+    def __init__(self, clock: VirtualClock, *, vhost: str = "/", record: bool = True) -> None:
+        self.clock = clock
+        self.vhost = vhost
+        self.record = record
+        self.lock = threading.RLock()
+        self.cond = threading.Condition(self.lock)
+        self.exchanges: dict[str, SimExchange] = {
+            name: SimExchange(name, kind, durable=True) for name, kind in PREDECLARED.items()
+        }
+        self.queues: dict[str, SimQueue] = {}
+        self.connections: set[Any] = set()
+        #: What happened, for tests and the demo: published, unroutable, returned,
+        #: delivered, acked, requeued, expired, dead_lettered, dropped.
+        self.stats: Counter[str] = Counter()
+        self._arrivals: dict[str, list[tuple[int, Stored]]] = defaultdict(list)
+
+    # -- publishing -----------------------------------------------------------
+
+    def publish(self, channel: Any, body: bytes, properties: dict[str, Any], exchange: str,
+                routing_key: str, *, mandatory: bool = False) -> None:
+        """Route one message; post the return (if any) and then the confirm to ``channel``."""
+        with self.lock:
+            seq = channel.next_publish_seq() if channel.confirm else None
+            if exchange:
+                self._exchange(exchange, spec.Basic.Publish)
+            expiration = properties.get("expiration")
+            if expiration is not None and not (expiration.isdigit() and expiration.isascii()):
+                raise PreconditionFailed(f"PRECONDITION_FAILED - invalid expiration '{expiration}' for message",
+                                         spec.Basic.Publish, reply_code=406)
+            properties = round_trip_properties(properties)
+            self.stats["published"] += 1
+            targets = self._route(exchange, routing_key, properties.get("application_headers") or {})
+            accepted = True
+            if not targets:
+                self.stats["unroutable"] += 1
+                if mandatory:
+                    self.stats["returned"] += 1
+                    channel.post_return(312, "NO_ROUTE", exchange, routing_key, body, properties)
+            for queue in targets:
+                accepted = self._enqueue(queue, Stored(body, properties, exchange, routing_key)) and accepted
+            if seq is not None:
+                channel.post_confirm(seq, accepted)
+
+    def _route(self, exchange: str, routing_key: str, headers: dict[str, Any]) -> list[SimQueue]:
+        if not exchange:
+            queue = self.queues.get(routing_key)
+            return [queue] if queue is not None else []
+        found: dict[str, SimQueue] = {}
+        seen: set[str] = set()
+        pending = [exchange]
+        while pending:
+            source = self.exchanges.get(pending.pop(0))
+            if source is None or source.name in seen:
+                continue
+            seen.add(source.name)
+            for binding in source.bindings:
+                if not source.matches(binding, routing_key, headers):
+                    continue
+                if binding.to_exchange:
+                    pending.append(binding.destination)
+                elif binding.destination in self.queues:
+                    found.setdefault(binding.destination, self.queues[binding.destination])
+        return list(found.values())
+
+    def _enqueue(self, queue: SimQueue, message: Stored) -> bool:
+        """Append to ``queue`` with its expiry; False when ``x-overflow`` refuses it."""
+        ttls = [t for t in (queue.ttl, _expiration_ms(message.properties)) if t is not None]
+        message.expires_at = self.clock.ms + min(ttls) if ttls else None
+        overflow = queue.arguments.get("x-overflow", "drop-head")
+        if overflow != "drop-head" and queue.over_limit(extra=1, extra_bytes=len(message.body)):
+            if overflow == "reject-publish-dlx":
+                self._dead_letter(queue, message, "maxlen")
+            return False
+        queue.ready.append(message)
+        if self.record:
+            self._arrivals[queue.name].append((self.clock.ms, message))
+        while overflow == "drop-head" and queue.ready and queue.over_limit():
+            self._dead_letter(queue, queue.ready.popleft(), "maxlen")
+        self.dispatch(queue, fresh=message)
+        return True
+
+    # -- delivery -------------------------------------------------------------
+
+    def dispatch(self, queue: SimQueue, fresh: Optional[Stored] = None) -> None:
+        """Expire what is due at the head of ``queue``, then hand messages to consumers.
+
+        A message expires only at the head of the queue, as in RabbitMQ's
+        classic queues. A message published with a TTL of 0 is still delivered
+        when a consumer can take it at once.
+        """
+        now = self.clock.ms
+        ready = queue.ready
+        while ready and self.is_live(queue):
+            head = ready[0]
+            expired = head.expires_at is not None and head.expires_at <= now
+            if expired and head is not fresh:
+                ready.popleft()
+                self.stats["expired"] += 1
+                self._dead_letter(queue, head, "expired")
+                continue
+            ref = queue.next_consumer()
+            if ref is None:
+                if expired:
+                    ready.popleft()
+                    self.stats["expired"] += 1
+                    self._dead_letter(queue, head, "expired")
+                    continue
+                return
+            ready.popleft()
+            self._deliver(queue, ref, head)
+
+    def is_live(self, queue: SimQueue) -> bool:
+        """Whether ``queue`` is still declared (and not a deleted namesake)."""
+        return self.queues.get(queue.name) is queue
+
+    def _deliver(self, queue: SimQueue, ref: ConsumerRef, message: Stored) -> None:
+        channel = ref.channel
+        tag = channel.next_delivery_tag()
+        if not ref.no_ack:
+            channel.unacked[tag] = (queue, message, ref)
+            ref.unacked += 1
+        self.stats["delivered"] += 1
+        channel.post_delivery(ref.tag, tag, message)
+
+    def consume(self, channel: Any, queue_name: str, tag: str, *, no_ack: bool, exclusive: bool = False) -> str:
+        with self.lock:
+            method = spec.Basic.Consume
+            queue = self._queue(queue_name, method)
+            self._check_owner(queue, channel, method)
+            if any(ref.exclusive for ref in queue.consumers) or (exclusive and queue.consumers):
+                raise AccessRefused(f"ACCESS_REFUSED - queue '{queue_name}' in vhost '{self.vhost}' in exclusive use",
+                                    method, reply_code=403)
+            tag = tag or token("amq.ctag-")
+            ref = ConsumerRef(channel, tag, bool(no_ack), channel.prefetch, bool(exclusive))
+            queue.consumers.append(ref)
+            queue.had_consumers = True
+            channel.consumers[tag] = (queue, ref)
+            self.dispatch(queue)
+            return tag
+
+    def cancel(self, channel: Any, tag: str) -> None:
+        with self.lock:
+            entry = channel.consumers.pop(tag, None)
+            if entry is None:
+                return
+            owner, ref = entry
+            owner.consumers = [r for r in owner.consumers if r is not ref]
+            if owner.auto_delete and owner.had_consumers and not owner.consumers \
+                    and self.is_live(owner):
+                self._delete_queue(owner)
+
+    def get(self, channel: Any, queue_name: str, *, no_ack: bool) -> Optional[tuple[int, Stored, int]]:
+        """basic.get: (delivery tag, message, messages left) or None when the queue is empty."""
+        with self.lock:
+            queue = self._queue(queue_name, spec.Basic.Get)
+            self._check_owner(queue, channel, spec.Basic.Get)
+            now = self.clock.ms
+            while queue.ready and queue.ready[0].expires_at is not None and queue.ready[0].expires_at <= now:
+                self.stats["expired"] += 1
+                self._dead_letter(queue, queue.ready.popleft(), "expired")
+            if not queue.ready:
+                return None
+            message = queue.ready.popleft()
+            tag = channel.next_delivery_tag()
+            if not no_ack:
+                channel.unacked[tag] = (queue, message, None)
+            self.stats["delivered"] += 1
+            return tag, message, len(queue.ready)
+
+    def resolve(self, channel: Any, delivery_tag: int, *, multiple: bool, outcome: str) -> None:
+        """Ack, requeue or reject (dead-letter) deliveries: ``outcome`` is ack, requeue or reject."""
+        with self.lock:
+            method = {"ack": spec.Basic.Ack, "requeue": spec.Basic.Reject, "reject": spec.Basic.Reject}[outcome]
+            if multiple:
+                tags = [t for t in channel.unacked if delivery_tag == 0 or t <= delivery_tag]
+            else:
+                tags = [delivery_tag]
+            if (delivery_tag or not multiple) and delivery_tag not in channel.unacked:
+                raise PreconditionFailed(f"PRECONDITION_FAILED - unknown delivery tag {delivery_tag}", method,
+                                         reply_code=406)
+            self._settle_tags(channel, tags, outcome)
+
+    def _settle_tags(self, channel: Any, tags: Iterable[int], outcome: str) -> None:
+        touched: dict[str, SimQueue] = {}
+        for tag in tags:
+            queue, message, ref = channel.unacked.pop(tag)
+            if ref is not None:
+                ref.unacked -= 1
+            alive = self.is_live(queue)
+            if outcome == "ack":
+                self.stats["acked"] += 1
+            elif outcome == "requeue" and alive:
+                self.stats["requeued"] += 1
+                queue.requeue(message)
+            elif outcome == "reject":
+                self._dead_letter(queue, message, "rejected")
+            if alive:
+                touched[queue.name] = queue
+        for queue in touched.values():
+            self.dispatch(queue)
+        for consumed, _ in list(channel.consumers.values()):
+            if consumed.name not in touched and self.is_live(consumed):
+                self.dispatch(consumed)
+
+    def close_channel(self, channel: Any) -> None:
+        """Cancel the channel's consumers and requeue what it had not acked."""
+        with self.lock:
+            if channel.closed:
+                return
+            channel.closed = True
+            for tag in list(channel.consumers):
+                self.cancel(channel, tag)
+            self._settle_tags(channel, list(channel.unacked), "requeue")
+            self.cond.notify_all()
+
+    def close_connection(self, connection: Any, channels: Iterable[Any]) -> None:
+        """Close every channel of ``connection`` and delete its exclusive queues."""
+        with self.lock:
+            for channel in channels:
+                self.close_channel(channel)
+            for queue in [q for q in self.queues.values() if q.exclusive and q.owner is connection]:
+                self._delete_queue(queue)
+            self.connections.discard(connection)
+            self.cond.notify_all()
+
+    # -- dead-lettering -------------------------------------------------------
+
+    def _dead_letter(self, queue: SimQueue, message: Stored, reason: str) -> None:
+        exchange = queue.arguments.get("x-dead-letter-exchange")
+        if exchange is None or (exchange and exchange not in self.exchanges):
+            self.stats["dropped"] += 1
+            logger.debug("dropped a message %s in %s (no dead-letter exchange)", reason, queue.name)
+            return
+        key = queue.arguments.get("x-dead-letter-routing-key")
+        keys = [key] if key is not None else [message.routing_key]
+        properties = dict(message.properties)
+        expiration = properties.pop("expiration", None)
+        properties["application_headers"] = dead_letter_headers(
+            properties.get("application_headers"), queue=queue.name, reason=reason, exchange=message.exchange,
+            routing_keys=[message.routing_key], now_ms=self.clock.ms, original_expiration=expiration)
+        properties = round_trip_properties(properties)
+        headers = properties["application_headers"]
+        self.stats["dead_lettered"] += 1
+        for routing_key in keys:
+            for target in self._route(exchange, routing_key, headers):
+                if is_cycle(target.name, reason, headers):
+                    self.stats["dropped"] += 1
+                    continue
+                self._enqueue(target, Stored(message.body, properties, exchange, routing_key))
+
+
+def _expiration_ms(properties: dict[str, Any]) -> Optional[int]:
+    value = properties.get("expiration")
+    return int(value) if value is not None else None
