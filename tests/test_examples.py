@@ -124,3 +124,54 @@ def test_celery_example_runs_a_countdown_task_through_the_ladder(
     (report,) = counters.values()
     assert report["relay"] is True
     assert report["delivered"] >= 1
+
+
+# -- Django ------------------------------------------------------------------
+
+DJANGO_PROJECT = EXAMPLES / "django_project"
+
+
+def manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run the example project's ``manage.py`` in a process of its own."""
+    full_env = dict(os.environ, PYTHONPATH=str(ROOT), **env)
+    full_env.pop("DJANGO_SETTINGS_MODULE", None)
+    return subprocess.run([sys.executable, "manage.py", *args], cwd=DJANGO_PROJECT, env=full_env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def ready_messages(url: str, queue: str) -> int:
+    with Connection(url) as conn:
+        channel = conn.channel()
+        try:
+            _, messages, _ = channel.queue_declare(queue, passive=True)
+            return int(messages)
+        except conn.channel_errors:
+            return 0
+        finally:
+            try:
+                channel.close()
+            except Exception:  # noqa: BLE001 - closed by the broker on a missing queue
+                pass
+
+
+@pytest.mark.parametrize("enabled", ["true", "false"])
+def test_django_example_toggle_decides_whether_a_countdown_task_waits_in_the_ladder(
+    fresh_vhost: str, enabled: str,  # noqa: F811 - the fixture
+) -> None:
+    url = vhost_url(fresh_vhost)
+    done = manage("remind", "hello", "--countdown", "300", BROKER_URL=url, LADDER_ENABLED=enabled)
+    assert done.returncode == 0, done.stderr
+    assert "scheduled " in done.stdout
+    # 300 s goes into the 1-minute rung (hops_for(300) starts with 60), where it waits 60 s.
+    in_ladder, in_task_queue = ready_messages(url, "acemq.schedule.1m"), ready_messages(url, "celery")
+    if enabled == "true":
+        assert (in_ladder, in_task_queue) == (1, 0)
+    else:  # Celery's own path: straight to the task queue, where a worker would hold it
+        assert (in_ladder, in_task_queue) == (0, 1)
+
+
+def test_django_example_refuses_to_start_with_a_bad_toggle_value() -> None:
+    done = manage("check", LADDER_ENABLED="maybe", BROKER_URL="amqp://guest:guest@127.0.0.1:1//")
+    assert done.returncode != 0
+    assert "CELERY_LADDER_ENABLED" in done.stderr
+    assert "'maybe'" in done.stderr

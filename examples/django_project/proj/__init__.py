@@ -1,0 +1,5 @@
+"""The example project; importing it makes its Celery app the current one (Celery's Django layout)."""
+
+from .celery import app as celery_app
+
+__all__ = ("celery_app",)

@@ -1,0 +1,21 @@
+"""Settings of the ladder example project: the ladder is one app and one toggle."""
+
+import os
+
+SECRET_KEY = "example-only-not-secret"
+DEBUG = True
+USE_TZ = True
+DATABASES: dict = {}
+
+INSTALLED_APPS = [
+    "reminders",
+    "celery_ladder.django",  # installs the ladder on the project's Celery app
+]
+
+CELERY_BROKER_URL = os.environ.get("BROKER_URL", "amqp://guest:guest@localhost//")
+
+# The toggle: True sends countdown/eta tasks through the ladder; False is Celery's own path.
+# Strings such as "true"/"false" (from the environment) are accepted; anything else stops Django.
+CELERY_LADDER_ENABLED = os.environ.get("LADDER_ENABLED", "true")
+# Run the relay inside this project's workers (the default).
+CELERY_LADDER_RELAY = True
