@@ -55,7 +55,7 @@ def _record(task: Any, label: str) -> Run:
     run = Run(
         label=label, at=time.time(), eta=request.eta, retries=request.retries,
         routing_key=info.get("routing_key"), exchange=info.get("exchange"), priority=info.get("priority"),
-        headers=dict(request.headers or {}) if isinstance(getattr(request, "headers", None), dict) else {},
+        headers={k: v for k, v in (getattr(request, "headers", None) or {}).items() if k.startswith("x-")},
     )
     task.app.recorder.add(run)
     return run
@@ -66,6 +66,10 @@ def register_tasks(app: Any) -> None:
 
     @app.task(bind=True, name="t.stamp", shared=False)
     def stamp(self: Any, label: str) -> float:
+        return _record(self, label).at
+
+    @app.task(bind=True, name="t.report", shared=False)
+    def report(self: Any, label: str) -> float:
         return _record(self, label).at
 
     @app.task(bind=True, name="t.flaky", max_retries=5, shared=False)
