@@ -55,6 +55,8 @@ class SimulatedBroker(BrokerCore):
         self.name = name or unique_name()
         self.settle_timeout = settle_timeout
         self._driven: list[Any] = []
+        #: The relays :meth:`relay` started.
+        self.relays: list[Any] = []
         register(self.name, self)
 
     def __repr__(self) -> str:
@@ -84,7 +86,18 @@ class SimulatedBroker(BrokerCore):
         """Start a relay that :meth:`advance` runs synchronously; see :class:`SimulatedRelay`."""
         from .driver import SimulatedRelay
 
-        return SimulatedRelay(self, **options)
+        relay = SimulatedRelay(self, **options)
+        self.relays.append(relay)
+        return relay
+
+    def close(self) -> None:
+        """Stop the relays this broker started and close every connection to it."""
+        for relay in self.relays:
+            relay.close()
+        with self.lock:
+            connections = list(self.connections)
+        for transport in connections:
+            transport.client.release()
 
     # -- the clock --------------------------------------------------------------
 

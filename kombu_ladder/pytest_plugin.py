@@ -1,0 +1,44 @@
+"""pytest fixtures for code that schedules through the ladder: ``ladder_broker`` (the simulator)."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import pytest
+
+from .simulator import SimulatedBroker
+
+__all__ = ["ladder_broker"]
+
+#: The marker that configures ``ladder_broker`` for one test.
+MARKER = "ladder_broker"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{MARKER}(start=None, relay=True): configure the ladder_broker fixture (virtual start time, "
+        "whether a relay runs)",
+    )
+
+
+@pytest.fixture
+def ladder_broker(request: pytest.FixtureRequest) -> Iterator[SimulatedBroker]:
+    """An in-memory RabbitMQ with the ladder declared and a relay running, on a virtual clock.
+
+    Use ``ladder_broker.connection()`` for a kombu Connection, pass
+    ``clock=ladder_broker.now`` to anything that schedules, move time with
+    ``ladder_broker.advance(seconds)``, and read what reached a queue with
+    ``ladder_broker.messages(queue)``, ``take(queue)`` or ``arrivals(queue)``.
+    Configure it with ``@pytest.mark.ladder_broker(start=..., relay=False)``.
+    """
+    marker = request.node.get_closest_marker(MARKER)
+    options: dict[str, Any] = dict(marker.kwargs) if marker else {}
+    relay = options.pop("relay", True)
+    broker = SimulatedBroker(**options)
+    if relay:
+        broker.relay()
+    try:
+        yield broker
+    finally:
+        broker.close()
