@@ -1,0 +1,84 @@
+"""Publish overhead: LadderProducer.publish(countdown=) vs Producer.publish, ladder vs vanilla apply_async."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Callable
+
+from kombu import Producer, Queue
+
+from kombu_ladder.producer import LadderProducer
+
+from .celery_app import make_app
+from .common import Config, Progress, Vhost, log, median, payload
+
+__all__ = ["PAIRS", "timed", "run"]
+
+#: (baseline, contender) per comparison.
+PAIRS = (("Producer.publish", "LadderProducer.publish(countdown=3600)"),
+         ("vanilla apply_async(countdown=3600)", "ladder apply_async(countdown=3600)"))
+
+
+def timed(n: int, publish: Callable[[int], Any], label: str) -> float:
+    """Call ``publish(i)`` ``n`` times; return messages per second."""
+    progress = Progress(n, label)
+    t0 = time.perf_counter()
+    for i in range(n):
+        publish(i)
+        if i % 1000 == 0:
+            progress.update(i)
+    rate = n / (time.perf_counter() - t0)
+    progress.update(n)
+    progress.close(f"{rate:.0f}/s")
+    return rate
+
+
+def _kombu_publishers(conn: Any) -> dict[str, Callable[[int], Any]]:
+    channel = conn.channel()
+    Queue("bench.target", durable=True)(channel).declare()
+    plain = Producer(channel)
+    ladder = LadderProducer(channel)
+    body = payload(0, 0)
+    common = {"exchange": "", "routing_key": "bench.target", "serializer": None,
+              "content_type": "application/json", "delivery_mode": 2}
+    ladder.publish(body, countdown=3600, **common)  # warm up: the topology is declared once per connection
+    return {
+        PAIRS[0][0]: lambda i: plain.publish(body, **common),
+        PAIRS[0][1]: lambda i: ladder.publish(body, countdown=3600, **common),
+    }
+
+
+def _celery_publishers(url: str, stack: list[Any]) -> dict[str, Callable[[int], Any]]:
+    out: dict[str, Callable[[int], Any]] = {}
+    for label, mode in ((PAIRS[1][0], "vanilla"), (PAIRS[1][1], "ladder")):
+        app = make_app(mode, url, os.devnull)
+        task = app.tasks["bench.record"]
+        producer_cm = app.producer_or_acquire()
+        producer = producer_cm.__enter__()
+        stack.append((app, producer_cm))
+        task.apply_async((0, 0), countdown=3600, producer=producer)  # warm up (declares)
+        out[label] = (lambda t, p: lambda i: t.apply_async((i, 0), countdown=3600, producer=p))(task, producer)
+    return out
+
+
+def run(config: Config) -> dict[str, Any]:
+    """Alternate baseline and contender rounds ``config.repeats`` times; report median rates and ratios."""
+    n = config.publish_n
+    rates: dict[str, list[float]] = {}
+    stack: list[Any] = []
+    with Vhost("publish") as vhost, vhost.connection() as conn:
+        try:
+            publishers = {**_kombu_publishers(conn), **_celery_publishers(vhost.url, stack)}
+            for repeat in range(config.repeats):
+                for baseline, contender in PAIRS:
+                    for label in (baseline, contender):
+                        log(f"publish overhead: repeat {repeat + 1}/{config.repeats}, {label}")
+                        rates.setdefault(label, []).append(timed(n, publishers[label], label))
+        finally:
+            for app, producer_cm in stack:
+                producer_cm.__exit__(None, None, None)
+                app.close()
+    medians = {label: median(values) for label, values in rates.items()}
+    ratios = {contender: medians[contender] / medians[baseline] for baseline, contender in PAIRS}
+    return {"n": n, "repeats": config.repeats, "rates": rates, "medians": medians, "ratios": ratios}
