@@ -14,6 +14,7 @@ from kombu.mixins import ConsumerMixin
 
 from .contract import CONTROL, EXCHANGE, PARKED_AT, PARKED_REASON, PARKING, PREFETCH
 from .envelope import Deliver, Hop, Park, decide, strip_death
+from .targets import ExchangeCheck
 from .topology import declare
 
 __all__ = ["Counters", "RelayCore", "Relay", "AllowList"]
@@ -110,6 +111,7 @@ class RelayCore:
         prefetch: int = PREFETCH,
         allowed_exchanges: Optional[Iterable[str]] = None,
         counters: Optional[Counters] = None,
+        exchange_check: Optional[Callable[[str], Optional[str]]] = None,
     ) -> None:
         if not isinstance(prefetch, int) or isinstance(prefetch, bool) or prefetch < 1:
             raise ValueError(f"prefetch must be a positive integer, not {prefetch!r}")
@@ -117,6 +119,8 @@ class RelayCore:
         self.prefetch = prefetch
         self.allow = AllowList(allowed_exchanges)
         self.counters = counters if counters is not None else Counters()
+        #: Returns why a target exchange cannot be published to (None if it can); see ExchangeCheck.
+        self.exchange_check = exchange_check
         self.channel: Any = None
         self._pending: "OrderedDict[int, _Pending]" = OrderedDict()
         self._seq = 0
@@ -158,6 +162,13 @@ class RelayCore:
         headers = message.headers
         properties = _properties_of(message)
         decision = decide(headers, properties, int(self.clock() * 1000), allow_exchange=self.allow)
+        if isinstance(decision, Deliver) and decision.exchange and self.exchange_check is not None:
+            # A publish to a missing exchange is not returned: it kills the channel (404), and the
+            # expired message would come back and kill it again, forever.
+            problem = self.exchange_check(decision.exchange)
+            if problem is not None:
+                decision = Park(f"unroutable: target exchange {decision.exchange!r} cannot be published to: "
+                                f"{problem} (routing_key={decision.routing_key!r})")
         if isinstance(decision, Deliver):
             self._publish(_Pending(message, "deliver", decision.exchange, decision.routing_key, message.body),
                           decision.headers, decision.properties, mandatory=True)
@@ -309,7 +320,9 @@ class Relay(ConsumerMixin):
         report_every: Optional[float] = None,
     ) -> None:
         self.connection = connection
-        self.core = RelayCore(clock=clock, prefetch=prefetch, allowed_exchanges=allowed_exchanges)
+        self.exchange_check = ExchangeCheck(connection.clone())
+        self.core = RelayCore(clock=clock, prefetch=prefetch, allowed_exchanges=allowed_exchanges,
+                              exchange_check=self.exchange_check)
         self.report_every = report_every
         self._last_report = time.monotonic()
         self.ready = threading.Event()
@@ -319,7 +332,15 @@ class Relay(ConsumerMixin):
         """The relay's counters."""
         return self.core.counters
 
+    def run(self, _tokens: int = 1, **kwargs: Any) -> None:
+        """Consume until :meth:`stop`, reconnecting as needed (kombu's ConsumerMixin loop)."""
+        try:
+            super().run(_tokens, **kwargs)
+        finally:
+            self.exchange_check.close()
+
     def get_consumers(self, Consumer: Any, channel: Any) -> list[Any]:  # noqa: N803 - kombu's name
+        self.exchange_check.forget()  # (re)connecting: an exchange may have gone meanwhile
         declare(channel)
         return [self.core.consumer(channel)]
 
