@@ -10,7 +10,7 @@ from types import TracebackType
 from typing import Any, Callable, Iterable, Optional
 
 from .contract import ORIGINAL_ROUTING_KEY, PREFETCH, REPUBLISH_COUNT, RUNGS, describe
-from .plan import Delay, parse_due_at
+from .plan import Delay, delay_seconds, parse_due_at, to_millis
 from .producer import LadderProducer
 from .relay import Relay
 from .topology import declare
@@ -116,6 +116,7 @@ class Scheduler:
             ValueError: ``delay`` is NaN, infinite or over :data:`~kombu_ladder.plan.MAX_DELAY`,
                 or ``routing_key`` is empty for the default exchange.
         """
+        delay_seconds(delay, argument="delay")  # None would otherwise mean "no delay" to the producer
         self._publish(payload, routing_key, exchange, countdown=delay, **kwargs)
 
     def at(self, when: datetime, payload: Any, *, routing_key: str, exchange: str = "", **kwargs: Any) -> None:
@@ -125,6 +126,7 @@ class Scheduler:
             TypeError: ``when`` is not a datetime.
             ValueError: ``when`` is naive, or see :meth:`in_`.
         """
+        to_millis(when, argument="when")  # None would otherwise mean "no delay" to the producer
         self._publish(payload, routing_key, exchange, eta=when, **kwargs)
 
     def republish(self, message: Any, delay: Delay, *, queue: str) -> int:
