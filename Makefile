@@ -11,6 +11,7 @@ help:
 	@echo "make test   - install into .venv and run the whole suite"
 	@echo "make lint   - ruff and mypy"
 	@echo "make docs   - build the Sphinx docs with -W"
+	@echo "make bench  - benchmarks vs every alternative (bench-quick: a few minutes)"
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,6 +37,14 @@ docs: $(STAMP)
 # The committed docs/_static/ladder.svg is made from docs/diagrams/ladder.dot (needs graphviz).
 diagrams:
 	dot -Tsvg docs/diagrams/ladder.dot -o docs/_static/ladder.svg
+
+# Benchmarks against every alternative (needs RabbitMQ and rabbitmqctl); both write docs/benchmarks.md
+# and docs/_static/lateness.png. bench-quick is a reduced run of a few minutes.
+bench: $(STAMP)
+	$(PY) -m bench
+
+bench-quick: $(STAMP)
+	$(PY) -m bench --quick
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info docs/_build .pytest_cache
