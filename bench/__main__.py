@@ -1,0 +1,138 @@
+"""``python -m bench [--quick]``: run every benchmark and write docs/benchmarks.md and docs/_static/lateness.png."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import asdict
+from typing import Any, Callable, Optional
+
+from .common import ROOT, Config, log
+
+__all__ = ["BENCHMARKS", "main"]
+
+#: Benchmark name -> module, in run order.
+BENCHMARKS = ("relay", "publish", "lateness", "footprint", "scale")
+
+
+def _load() -> str:
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def _sigterm(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _guard(name: str, fn: Callable[[], Any]) -> Any:
+    """Run one benchmark; a failure is recorded in the results, not hidden, and the run goes on."""
+    started = time.monotonic()
+    try:
+        result = fn()
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # noqa: BLE001 - reported in the page
+        traceback.print_exc()
+        log(f"{name} FAILED: {exc!r}")
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    log(f"{name} done in {time.monotonic() - started:.0f}s")
+    return result
+
+
+def _lateness(config: Config) -> dict[str, Any]:
+    from . import lateness_celery, lateness_kombu
+
+    out: dict[str, Any] = {}
+    kombu = _guard("lateness (a)/(b)", lambda: lateness_kombu.run(config))
+    out.update(kombu if "error" not in kombu else {"a": {"name": "(a)/(b) kombu", **kombu}})
+    celery = _guard("lateness (c)/(d)/(e)", lambda: lateness_celery.run(config))
+    out.update(celery if "error" not in celery else {"c": {"name": "(c)-(e) Celery", **celery}})
+    return out
+
+
+def _run(name: str, config: Config) -> Any:
+    if name == "lateness":
+        return _lateness(config)
+    module = __import__(f"bench.{name if name != 'relay' else 'throughput'}", fromlist=["run"])
+    return _guard(name, lambda: module.run(config))
+
+
+def write_outputs(results: dict[str, Any], meta: dict[str, Any], out: str, plot: Optional[str]) -> None:
+    """Write the plot (when there are lateness figures) and the Markdown page."""
+    from .plot import plot_lateness
+    from .report import render
+
+    rel_plot = None
+    lateness = {k: v for k, v in results.get("lateness", {}).items() if "lateness" in v}
+    if plot and lateness:
+        title = f"Lateness under mixed delays ({meta['config']} run, {meta['finished']} UTC)"
+        plot_lateness(lateness, plot, title=title)
+        rel_plot = os.path.relpath(plot, os.path.dirname(os.path.abspath(out)))
+    with open(out, "w") as fh:
+        fh.write(render(results, meta, rel_plot))
+    log(f"wrote {out}" + (f" and {plot}" if rel_plot else ""))
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """Run the benchmarks the arguments select and write the report."""
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="reduced sizes: finishes in a few minutes")
+    parser.add_argument("--only", default=",".join(BENCHMARKS),
+                        help=f"comma-separated subset of {','.join(BENCHMARKS)} (default: all)")
+    parser.add_argument("--out", default=os.path.join(ROOT, "docs", "benchmarks.md"))
+    parser.add_argument("--plot", default=os.path.join(ROOT, "docs", "_static", "lateness.png"))
+    parser.add_argument("--results", default=None, help="also keep the raw results as JSON here")
+    parser.add_argument("--from-results", metavar="JSON", help="only re-render the report from saved results")
+    args = parser.parse_args(argv)
+
+    if args.from_results:
+        with open(args.from_results) as fh:
+            saved = json.load(fh)
+        write_outputs(saved["results"], saved["meta"], args.out, args.plot)
+        return 0
+
+    selected = [b.strip() for b in args.only.split(",") if b.strip()]
+    unknown = set(selected) - set(BENCHMARKS)
+    if unknown:
+        parser.error(f"--only: unknown benchmark(s) {sorted(unknown)}; choose from {', '.join(BENCHMARKS)}")
+    config = Config.quick() if args.quick else Config.full()
+    signal.signal(signal.SIGTERM, _sigterm)
+    from .report import environment
+
+    meta: dict[str, Any] = {
+        "config": config.name, "sizes": asdict(config), "environment": environment(),
+        "command": "make bench-quick" if args.quick else "make bench",
+        "started": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "load_start": _load(),
+    }
+    if selected != list(BENCHMARKS):
+        meta["command"] = f"python -m bench{' --quick' if args.quick else ''} --only {','.join(selected)}"
+    t0 = time.monotonic()
+    results: dict[str, Any] = {}
+    try:
+        for i, name in enumerate(selected, 1):
+            log(f"=== benchmark {i}/{len(selected)}: {name} ({config.name}) ===")
+            results[name] = _run(name, config)
+    except KeyboardInterrupt:
+        log("interrupted: cleaning up (vhosts and child processes are removed); no report written")
+        return 130
+    meta.update(finished=time.strftime("%Y-%m-%d %H:%M", time.gmtime()), duration_s=time.monotonic() - t0,
+                load_end=_load())
+    keep = args.results or os.path.join(tempfile.gettempdir(), f"ladder-bench-{config.name}.json")
+    with open(keep, "w") as fh:
+        json.dump({"results": results, "meta": meta}, fh)
+    log(f"raw results kept in {keep}")
+    write_outputs(results, meta, args.out, args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+"""Render a run's results as ``docs/benchmarks.md``: tables, versions, machine, targets and the reading."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from typing import Any, Optional
+
+__all__ = ["environment", "render", "ms"]
+
+#: Lateness contenders in table order.
+ORDER = ("a", "b", "c", "d", "e")
+
+
+def environment() -> dict[str, Any]:
+    """Versions and machine facts for the report."""
+    import amqp
+    import celery
+    import kombu
+
+    try:
+        rabbit = subprocess.run(["rabbitmqctl", "-q", "version"], capture_output=True, text=True,
+                                timeout=60).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        rabbit = "unknown"
+    mem_kb = 0
+    with open("/proc/meminfo") as fh:
+        for line in fh:
+            if line.startswith("MemTotal:"):
+                mem_kb = int(line.split()[1])
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+               platform.processor() or "unknown")
+    return {"python": platform.python_version(), "celery": celery.__version__, "kombu": kombu.__version__,
+            "amqp": amqp.__version__, "rabbitmq": rabbit, "cores": os.cpu_count(),
+            "memory_gb": round(mem_kb / 2**20, 1), "cpu": cpu, "os": platform.platform()}
+
+
+def ms(value: Optional[float]) -> str:
+    """Format milliseconds: one decimal below 100 ms, thousands separators above."""
+    if value is None:
+        return "–"
+    if abs(value) < 100:
+        return f"{value:.1f}"
+    return f"{value:,.0f}"
+
+
+def _lateness_table(lateness: dict[str, Any]) -> list[str]:
+    rows = ["| contender | arrived | min | p50 | p99 | max | early | late > 50 ms | late > 1 s | hops/msg |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for key in ORDER:
+        if key not in lateness:
+            continue
+        c = lateness[key]
+        if "error" in c:
+            rows.append(f"| {c['name']} | failed: {c['error']} | | | | | | | | |")
+            continue
+        s = c["summary"]
+        arrived = f"{s['arrived']}/{s['expected']}"
+        if s.get("still_waiting_after_s") is not None:
+            arrived += f" (still waiting after {s['still_waiting_after_s']} s)"
+        hops = f"{s['hops_per_message']:.2f}" if s.get("hops_per_message") is not None else "–"
+        rows.append(f"| {c['name']} | {arrived} | {ms(s['min'])} | {ms(s['p50'])} | {ms(s['p99'])} | "
+                    f"{ms(s['max'])} | {s['early']} | {s['late_50ms']} | {s['late_1s']} | {hops} |")
+    return rows
+
+
+def _footprint_table(fp: dict[str, Any]) -> list[str]:
+    rows = ["| worker | tasks sent | publish rate | RSS growth | tasks held unacked | plain task sent after them |",
+            "|---|---:|---:|---:|---:|---|"]
+    for mode in ("vanilla", "ladder"):
+        r = fp.get(mode)
+        if not r:
+            continue
+        if "error" in r:
+            rows.append(f"| {mode} | failed: {r['error']} | | | | |")
+            continue
+        plain = (f"ran after {ms(r['plain_wait_ms'])} ms" if r["plain_wait_ms"] is not None
+                 else f"**still waiting after {r['still_waiting_after_s']} s**")
+        rows.append(f"| {'vanilla Celery' if mode == 'vanilla' else 'Celery with the ladder'} | {r['n']:,} | "
+                    f"{r['publish_per_s']:,.0f}/s | {r['rss_growth_kb'] / 1024:+.1f} MB | {r['unacked']:,} | {plain} |")
+    return rows
+
+
+def _relay_table(relay: dict[str, Any]) -> list[str]:
+    rows = ["| relay | processes | hops/s (median) | rounds (hops/s) |", "|---|---:|---:|---|"]
+    names = {"raw": "raw py-amqp loop (pipelined confirms)", "ours": "kombu_ladder.relay.Relay"}
+    for key, s in relay["summary"].items():
+        kind, processes = key.split("x")
+        rates = ", ".join(f"{r:,.0f}" for r in s["rates"])
+        rows.append(f"| {names[kind]} | {processes} | {s['median']:,.0f} | {rates} |")
+    return rows
+
+
+def _publish_table(pub: dict[str, Any]) -> list[str]:
+    from .publish import PAIRS
+
+    rows = ["| publish | msgs/s (median) | rounds | ratio to baseline |", "|---|---:|---|---:|"]
+    for baseline, contender in PAIRS:
+        for label in (baseline, contender):
+            rates = ", ".join(f"{r:,.0f}" for r in pub["rates"][label])
+            ratio = f"**{pub['ratios'][label]:.2f}×**" if label == contender else "1 (baseline)"
+            rows.append(f"| `{label}` | {pub['medians'][label]:,.0f} | {rates} | {ratio} |")
+    return rows
+
+
+def _scale_table(sc: dict[str, Any]) -> list[str]:
+    before, loaded = sc["memory_before"], sc["memory_loaded"]
+    mb = 2**20
+    return [
+        "| measure | value |", "|---|---:|",
+        f"| messages waiting in this vhost (1h rung + control queue) | {loaded['vhost_messages']:,} |",
+        f"| broker total memory before → loaded (whole shared broker) | {before['broker_total'] / mb:,.0f} MB → "
+        f"{loaded['broker_total'] / mb:,.0f} MB (+{(loaded['broker_total'] - before['broker_total']) / mb:,.0f} MB) |",
+        f"| message bytes held in RAM by this vhost's queues | {loaded['vhost_message_bytes_ram'] / mb:,.0f} MB |",
+        f"| queue process memory of this vhost | {loaded['vhost_queue_memory'] / mb:,.0f} MB |",
+        f"| LadderProducer publish rate (countdown=3600 / countdown=1.5) | {sc['publish_rate_waiting']:,.0f}/s / "
+        f"{sc['publish_rate_due']:,.0f}/s |",
+        f"| relay drain of {sc['due']:,} messages due at once (1 process) | {sc['drain']['count']:,} in "
+        f"{sc['drain']['seconds']:.1f} s = **{sc['drain']['rate']:,.0f}/s** |",
+    ]
+
+
+def render(results: dict[str, Any], meta: dict[str, Any], plot: Optional[str]) -> str:
+    """Return the whole Markdown page."""
+    from .reading import reading, targets
+
+    env = meta["environment"]
+    lines = ["(benchmarks)=", "# Benchmarks", ""]
+    if meta["config"] != "full":
+        lines += [f"> **This page holds a `{meta['config']}` run** (`make bench-{meta['config']}`), with reduced "
+                  "sizes: read its figures as indicative. The full run is `make bench`.", ""]
+    lines += [
+        "Every comparison below ran on the same broker in the same invocation, each benchmark in a RabbitMQ vhost "
+        "of its own. The machine is shared and noisy, so throughput figures are medians over repeats and are "
+        "compared as ratios against a baseline measured in the same run.", "",
+        f"- **Command:** `{meta['command']}` ({meta['config']} run), {meta['started']} to {meta['finished']} UTC "
+        f"({meta['duration_s'] / 60:.1f} min).",
+        f"- **Versions:** Python {env['python']}, Celery {env['celery']}, kombu {env['kombu']}, py-amqp {env['amqp']}, "
+        f"RabbitMQ {env['rabbitmq']}.",
+        f"- **Machine:** {env['cores']} cores ({env['cpu']}), {env['memory_gb']} GB RAM, {env['os']}.",
+        f"- **Load:** at start `{meta['load_start']}`; at end `{meta['load_end']}`. Other engineers' test suites "
+        "shared the machine and the broker during the run.", "",
+        "## Targets", "", *targets(results), "",
+        "## 1. Lateness under mixed delays", "",
+    ]
+    config = meta["sizes"]
+    lines += [f"{config['kombu_n']:,} messages (kombu) and {config['celery_n']:,} tasks (Celery) per contender, "
+              f"delays uniform in 1–{config['max_delay']:g} s, published in random order. Lateness is arrival "
+              "(kombu) or task start (Celery) minus the due time, in milliseconds; negative is early.", ""]
+    lateness = results.get("lateness", {})
+    if lateness:
+        lines += _lateness_table(lateness) + [""]
+    if plot:
+        lines += [f"![Lateness CDF per contender]({plot})", ""]
+    for title, key, table, intro in (
+        ("## 2. Worker footprint", "footprint", _footprint_table,
+         f"{config['footprint_n']:,} tasks with `countdown=3600`, then one plain task; the wait for it is bounded "
+         f"at {config['footprint_wait']:g} s. RSS is the worker's main process (where ETA tasks are held)."),
+        ("## 3. Relay throughput", "relay", _relay_table,
+         f"{config['relay_n']:,} expired 600-byte persistent messages (due in 2 h, so each becomes one hop into the "
+         "1h rung) wait in the control queue; the relay starts and hops them. Prefetch 50 for both relays; the raw "
+         "loop republishes each message unchanged with pipelined confirms and acks with `multiple=True`."),
+        ("## 4. Publish overhead", "publish", _publish_table,
+         f"{config['publish_n']:,} 600-byte persistent publishes per round, rounds alternating; no consumer."),
+        ("## 5. Scale", "scale", _scale_table,
+         f"{config['scale_waiting']:,} messages with `countdown=3600` wait in the 1h rung and {config['scale_due']:,} "
+         "with `countdown=1.5` expire into the control queue while no relay runs; then one relay drains them, all "
+         "due at once. Queues are classic and not lazy (the contract's exact arguments, no policy)."),
+    ):
+        lines += [title, "", intro, ""]
+        data = results.get(key)
+        if data is None:
+            lines += ["Not run.", ""]
+        elif "error" in data and key not in ("footprint",):
+            lines += [f"Failed: `{data['error']}`", ""]
+        else:
+            lines += table(data) + [""]
+    lines += ["## Reading", "", *reading(results), ""]
+    return "\n".join(lines)
