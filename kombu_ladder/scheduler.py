@@ -143,6 +143,7 @@ class Scheduler:
         """
         if not isinstance(queue, str) or not queue:
             raise ValueError(f"queue must be the name of the queue to return to, not {queue!r}")
+        delay_seconds(delay, argument="delay")  # None would otherwise republish at once
         headers = dict(message.headers or {})
         headers[ORIGINAL_ROUTING_KEY] = original_routing_key(message)
         count = republish_count(message) + 1
