@@ -23,8 +23,10 @@ logger = logging.getLogger(__name__)
 class BrokerCore(Declarations):
     """Exchanges, queues and messages, with RabbitMQ's rules; every method takes the lock."""
 
-    def __init__(self, clock: VirtualClock, *, vhost: str = "/", record: bool = True) -> None:
+    def __init__(self, clock: VirtualClock, *, vhost: str = "/", record: bool = True, expiry_lag: int = 0) -> None:
         self.clock = clock
+        #: Milliseconds a message with a TTL expires after it is due (RabbitMQ: a few ms).
+        self.expiry_lag = expiry_lag
         self.vhost = vhost
         self.record = record
         self.lock = threading.RLock()
@@ -90,7 +92,8 @@ class BrokerCore(Declarations):
     def _enqueue(self, queue: SimQueue, message: Stored) -> bool:
         """Append to ``queue`` with its expiry; False when ``x-overflow`` refuses it."""
         ttls = [t for t in (queue.ttl, _expiration_ms(message.properties)) if t is not None]
-        message.expires_at = self.clock.ms + min(ttls) if ttls else None
+        ttl = min(ttls) if ttls else None
+        message.expires_at = None if ttl is None else self.clock.ms + ttl + (self.expiry_lag if ttl else 0)
         overflow = queue.arguments.get("x-overflow", "drop-head")
         if overflow != "drop-head" and queue.over_limit(extra=1, extra_bytes=len(message.body)):
             if overflow == "reject-publish-dlx":
