@@ -104,13 +104,22 @@ def wait_for(condition: Callable[[], object], timeout: float = 30.0, interval: f
         time.sleep(interval)
 
 
-@pytest.fixture(params=["rabbitmq"])
+@pytest.fixture(params=["rabbitmq", "simulator"])
 def ladder_backend(request: pytest.FixtureRequest) -> Iterator[object]:
     """The broker a behaviour test runs on, with the ladder queues emptied first.
 
-    ``rabbitmq`` is this session's vhost on the real broker (see ``tests/backends.py``).
+    ``rabbitmq`` is this session's vhost on the real broker, ``simulator`` a fresh
+    in-memory broker on a virtual clock (see ``tests/backends.py``).
     """
-    from backends import RabbitBackend
+    from backends import RabbitBackend, SimulatorBackend
+
+    if request.param == "simulator":
+        simulated = SimulatorBackend()
+        try:
+            yield simulated
+        finally:
+            simulated.close()
+        return
 
     if request.param == "rabbitmq":
         backend = RabbitBackend(request.getfixturevalue("broker_url"))
