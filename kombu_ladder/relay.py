@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
 from kombu import Consumer, Queue
+from kombu.compression import compress
 from kombu.mixins import ConsumerMixin
 
 from .contract import CONTROL, EXCHANGE, PARKED_AT, PARKED_REASON, PARKING, PREFETCH
@@ -170,10 +171,10 @@ class RelayCore:
                 decision = Park(f"unroutable: target exchange {decision.exchange!r} cannot be published to: "
                                 f"{problem} (routing_key={decision.routing_key!r})")
         if isinstance(decision, Deliver):
-            self._publish(_Pending(message, "deliver", decision.exchange, decision.routing_key, message.body),
+            self._publish(_Pending(message, "deliver", decision.exchange, decision.routing_key, _body_of(message)),
                           decision.headers, decision.properties, mandatory=True)
         elif isinstance(decision, Hop):
-            self._publish(_Pending(message, "hop", EXCHANGE, decision.queue, message.body),
+            self._publish(_Pending(message, "hop", EXCHANGE, decision.queue, _body_of(message)),
                           decision.headers, decision.properties, mandatory=False)
         else:
             if decision.reason.startswith("malformed"):
@@ -293,7 +294,14 @@ def _properties_of(message: Any) -> dict[str, Any]:
 
 
 def _body_of(message: Any) -> Any:
-    return message.body
+    """The body as it travelled: kombu decompresses a message with a ``compression``
+    header on receipt, so the relay compresses it again before republishing it
+    with that header (kombu's codecs are deterministic: the same bytes come back)."""
+    body = message.body
+    compression = (message.headers or {}).get("compression") if isinstance(message.headers, dict) else None
+    if compression and not getattr(message, "errors", None):
+        body, _ = compress(body.encode("utf-8") if isinstance(body, str) else body, compression)
+    return body
 
 
 def _publish_no_wait(channel: Any, message: Any, exchange: str, routing_key: str, mandatory: bool) -> None:
