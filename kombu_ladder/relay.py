@@ -14,7 +14,7 @@ from kombu.compression import compress
 from kombu.mixins import ConsumerMixin
 
 from .contract import CONTROL, EXCHANGE, PARKED_AT, PARKED_REASON, PARKING, PREFETCH
-from .envelope import Deliver, Hop, Park, decide, strip_death
+from .envelope import Deliver, Hop, Park, decide, scheduled_headers, strip_death
 from .targets import ExchangeCheck
 from .topology import declare
 
@@ -23,6 +23,7 @@ __all__ = ["Counters", "RelayCore", "Relay", "AllowList"]
 logger = logging.getLogger(__name__)
 
 W_PARKED = "parked a message from %s: %s"
+W_LATE_RETURN = "a delivery to %r/%r was returned after its confirm; parking the returned copy"
 W_NACKED = "broker refused (nack) a republish; the expired message goes back to %s"
 I_COUNTERS = "relay counters: %s"
 
@@ -182,7 +183,7 @@ class RelayCore:
             self._park(message, decision, headers, properties)
 
     def _park(self, source: Any, decision: Park, headers: Any, properties: dict[str, Any],
-              parent: Optional[int] = None) -> int:
+              parent: Optional[int] = None, body: Any = None) -> int:
         logger.warning(W_PARKED, CONTROL, decision.reason)
         parked_headers = strip_death(headers) if isinstance(headers, dict) else {}
         parked_headers[PARKED_REASON] = decision.reason
@@ -191,7 +192,8 @@ class RelayCore:
         props["delivery_mode"] = 2
         owner = source if parent is None else None  # a park after a return settles via its parent
         return self._publish(_Pending(owner, "park", "", PARKING, None, parent=parent),
-                             parked_headers, props, mandatory=False, body=_body_of(source))
+                             parked_headers, props, mandatory=False,
+                             body=_body_of(source) if body is None else body)
 
     def _publish(self, entry: _Pending, headers: dict[str, Any], properties: dict[str, Any],
                  *, mandatory: bool, body: Any = None) -> int:
@@ -244,7 +246,27 @@ class RelayCore:
                           f"(exchange={exchange!r}, routing_key={routing_key!r})")
                 self._park(source, Park(reason), source.headers, _properties_of(source), parent=seq)
                 return
-        logger.error("a returned message matched no outstanding delivery: %r/%r", exchange, routing_key)
+        self._park_late_return(exc, exchange, routing_key, message)
+
+    def _park_late_return(self, exc: Any, exchange: str, routing_key: str, message: Any) -> None:
+        """Park a returned copy whose delivery was already confirmed, and so acked.
+
+        RabbitMQ 3.10 was seen returning several unroutable messages of one batch
+        in reverse order, so a return can arrive after the confirm that released
+        its source. The returned copy is then all that is left: park it, with the
+        target put back in ``x-schedule-*`` headers so that ``replay`` works.
+        """
+        logger.warning(W_LATE_RETURN, exchange, routing_key)
+        raw = dict(getattr(message, "properties", None) or {})
+        headers = dict(raw.pop("application_headers", None) or {})
+        properties = {k: raw[k] for k in _PROPERTY_NAMES if raw.get(k) is not None}
+        headers = scheduled_headers(headers, exchange=exchange, routing_key=routing_key,
+                                    due_at=int(self.clock() * 1000),
+                                    content_type=properties.get("content_type"))
+        reason = (f"unroutable: {getattr(exc, 'reply_text', exc)} "
+                  f"(exchange={exchange!r}, routing_key={routing_key!r})")
+        self.counters.delivered -= 1  # it was counted when its confirm came first
+        self._park(None, Park(reason), headers, properties, body=message.body)
 
     def _seqs(self, delivery_tag: int, multiple: bool) -> list[int]:
         if multiple:
