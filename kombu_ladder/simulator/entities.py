@@ -267,10 +267,8 @@ def check_equivalent(kind: str, name: str, vhost: str, current: dict[str, Any],
         got = received.get(key)
         if have == got and _type_class(have) == _type_class(got):
             continue
-        if isinstance(have, (bool, str)) and isinstance(got, (bool, str)) and not key.startswith("x-"):
+        if have is not None and got is not None:
             text = f"received '{_plain(got)}' but current is '{_plain(have)}'"
-        elif have is not None and got is not None and _type_class(have) != _type_class(got):
-            text = f"received '{got}' but current is '{have}'"
         else:
             text = f"received {_render(got)} but current is {_render(have)}"
         raise _fail(f"inequivalent arg '{key}' for {kind} '{name}' in vhost '{vhost}': {text}", method)

@@ -1,0 +1,181 @@
+"""The simulator against RabbitMQ: the same scenarios, the same assertions, on both backends."""
+
+from __future__ import annotations
+
+import re
+import socket
+import uuid
+from datetime import datetime
+from typing import Any
+
+import pytest
+from amqp.exceptions import PreconditionFailed
+from backends import get
+from kombu import Connection, Exchange, Producer, Queue
+
+
+def _names(*parts: str) -> list[str]:
+    tag = uuid.uuid4().hex[:8]
+    return [f"fx.{tag}.{p}" for p in parts]
+
+
+def _no_vhost(text: str) -> str:
+    return re.sub(r"in vhost '[^']*'", "in vhost 'V'", text)
+
+
+def _drain(conn: Connection) -> None:
+    try:
+        conn.drain_events(timeout=0.05)
+    except socket.timeout:
+        pass
+
+
+def test_dead_lettering_writes_x_death_as_rabbitmq_3_10_does(ladder_backend: Any) -> None:
+    src, dlx, q1, q2, q3 = _names("src", "dlx", "q1", "q2", "q3")
+    with ladder_backend.connection() as conn:
+        channel = conn.default_channel
+        Exchange(src, "topic", durable=True)(channel).declare()
+        dead = Exchange(dlx, "direct", durable=True)
+        dead(channel).declare()
+        Queue(q1, Exchange(src, "topic"), routing_key="a.*", queue_arguments={
+            "x-message-ttl": 200, "x-dead-letter-exchange": dlx, "x-dead-letter-routing-key": "to2"})(channel).declare()
+        Queue(q2, dead, routing_key="to2", queue_arguments={
+            "x-message-ttl": 200, "x-dead-letter-exchange": dlx, "x-dead-letter-routing-key": "to3"})(channel).declare()
+        Queue(q3, dead, routing_key="to3")(channel).declare()
+        Producer(channel).publish(
+            {"x": 1}, exchange=src, routing_key="a.b", expiration=0.1, priority=3, correlation_id="cid",
+            headers={"h": 1, "big": 2**40, "f": 1.5, "b": b"xy", "l": [1, "a"]},
+        )
+        message = ladder_backend.wait_until(lambda: get(conn, q3), 10, "the twice dead-lettered message")
+
+    headers = dict(message.headers)
+    deaths = headers.pop("x-death")
+    assert all(isinstance(d.pop("time"), datetime) for d in deaths)
+    assert deaths == [
+        {"count": 1, "exchange": dlx, "queue": q2, "reason": "expired", "routing-keys": ["to2"]},
+        {"count": 1, "exchange": src, "original-expiration": "100", "queue": q1, "reason": "expired",
+         "routing-keys": ["a.b"]},
+    ]
+    assert headers == {"h": 1, "big": 2**40, "f": 1.5, "b": "xy", "l": [1, "a"],
+                       "x-first-death-exchange": src, "x-first-death-queue": q1, "x-first-death-reason": "expired"}
+    assert "expiration" not in message.properties
+    assert (message.properties["priority"], message.properties["correlation_id"]) == (3, "cid")
+    assert (message.delivery_info["exchange"], message.delivery_info["routing_key"]) == (dlx, "to3")
+    assert message.payload == {"x": 1}
+
+
+def test_rejections_count_up_in_one_x_death_entry(ladder_backend: Any) -> None:
+    dlx, queue = _names("dlx", "q")
+    with ladder_backend.connection() as conn:
+        channel = conn.default_channel
+        dead = Exchange(dlx, "direct", durable=True)
+        dead(channel).declare()
+        Queue(queue, dead, routing_key=queue, queue_arguments={"x-dead-letter-exchange": dlx})(channel).declare()
+        Producer(channel).publish(b"r", exchange=dlx, routing_key=queue)
+        for count in range(1, 4):
+            message = ladder_backend.wait_until(lambda: get(conn, queue, no_ack=False), 10, "the message")
+            deaths = message.headers.get("x-death", [])
+            assert [d["count"] for d in deaths] == ([count - 1] if count > 1 else [])
+            message.reject()
+        message = ladder_backend.wait_until(lambda: get(conn, queue), 10, "the message")
+    (death,) = message.headers["x-death"]
+    assert (death["count"], death["reason"], death["queue"], death["routing-keys"]) == (3, "rejected", queue, [queue])
+
+
+def test_per_message_ttl_expires_only_at_the_head_of_the_queue(ladder_backend: Any) -> None:
+    waiting, target = _names("waiting", "target")
+    with ladder_backend.connection() as conn:
+        channel = conn.default_channel
+        Queue(target, durable=True)(channel).declare()
+        Queue(waiting, durable=True, queue_arguments={
+            "x-dead-letter-exchange": "", "x-dead-letter-routing-key": target})(channel).declare()
+        producer = Producer(channel)
+        start = ladder_backend.clock()
+        producer.publish(b"long", routing_key=waiting, expiration=3)
+        producer.publish(b"short", routing_key=waiting, expiration=0.1)
+        seen: list[tuple[float, Any]] = []
+
+        def both() -> bool:
+            message = get(conn, target)
+            if message is not None:
+                seen.append((ladder_backend.clock() - start, message))
+            return len(seen) == 2
+
+        ladder_backend.wait_until(both, 15, "both messages")
+    assert [m.body for _, m in seen] == [b"long", b"short"]
+    # The 0.1 s message waited behind the 3 s one: this is the bug the ladder exists to avoid.
+    assert seen[1][0] >= 3.0
+
+
+def test_inequivalent_redeclaration_fails_with_rabbitmqs_text(ladder_backend: Any) -> None:
+    queue, exchange = _names("q", "x")
+    with ladder_backend.connection() as conn:
+        Queue(queue, durable=True, queue_arguments={"x-message-ttl": 1000})(conn.channel()).declare()
+        Exchange(exchange, "topic", durable=True)(conn.channel()).declare()
+        errors = []
+        for declare in (
+            lambda ch: Queue(queue, durable=True, queue_arguments={"x-message-ttl": 5})(ch).declare(),
+            lambda ch: Queue(queue, durable=True)(ch).declare(),
+            lambda ch: Queue(queue, durable=False, queue_arguments={"x-message-ttl": 1000})(ch).declare(),
+            lambda ch: Exchange(exchange, "direct", durable=True)(ch).declare(),
+            lambda ch: Queue(f"{queue}.bad", queue_arguments={"x-dead-letter-routing-key": "k"})(ch).declare(),
+        ):
+            with pytest.raises(PreconditionFailed) as failed:
+                declare(conn.channel())
+            assert failed.value.reply_code == 406
+            errors.append(_no_vhost(failed.value.reply_text))
+        # An argument RabbitMQ does not compare is accepted.
+        Queue(queue, durable=True, queue_arguments={"x-message-ttl": 1000, "x-unknown": 1})(conn.channel()).declare()
+    assert errors == [
+        f"PRECONDITION_FAILED - inequivalent arg 'x-message-ttl' for queue '{queue}' in vhost 'V': "
+        "received '5' but current is '1000'",
+        f"PRECONDITION_FAILED - inequivalent arg 'x-message-ttl' for queue '{queue}' in vhost 'V': "
+        "received none but current is the value '1000' of type 'signedint'",
+        f"PRECONDITION_FAILED - inequivalent arg 'durable' for queue '{queue}' in vhost 'V': "
+        "received 'false' but current is 'true'",
+        f"PRECONDITION_FAILED - inequivalent arg 'type' for exchange '{exchange}' in vhost 'V': "
+        "received 'direct' but current is 'topic'",
+        f"PRECONDITION_FAILED - invalid arg 'x-dead-letter-routing-key' for queue '{queue}.bad' in vhost 'V': "
+        "routing_key_but_no_dlx_defined",
+    ]
+
+
+def test_a_mandatory_return_arrives_before_the_confirm_of_that_publish(ladder_backend: Any) -> None:
+    (exchange,) = _names("x")
+    with ladder_backend.connection() as conn:
+        channel = conn.channel()
+        Exchange(exchange, "direct", durable=True)(channel).declare()
+        events: list[tuple[Any, ...]] = []
+        channel.confirm_select()
+        channel.events["basic_ack"].add(lambda tag, multiple: events.append(("ack", tag)))
+        channel.events["basic_return"].add(
+            lambda exc, ex, key, message: events.append(("return", exc.reply_code, exc.reply_text, ex, key,
+                                                         message.body, message.properties["application_headers"])))
+        message = channel.prepare_message(b"lost", 0, "application/data", "binary", {"k": "v"}, {})
+        type(channel).basic_publish(channel, message, exchange=exchange, routing_key="nowhere", mandatory=True)
+        message = channel.prepare_message(b"dropped", 0, "application/data", "binary", {}, {})
+        type(channel).basic_publish(channel, message, exchange=exchange, routing_key="nowhere", mandatory=False)
+        ladder_backend.wait_until(lambda: _drain(conn) or ("ack", 2) in events, 10, "the second confirm")
+    assert events[0] == ("return", 312, "NO_ROUTE", exchange, "nowhere", b"lost", {"k": "v"})
+    assert events[1][0] == "ack" and events[-1] == ("ack", 2)
+
+
+def test_requeued_message_goes_back_to_its_place_marked_redelivered(ladder_backend: Any) -> None:
+    (queue,) = _names("q")
+    with ladder_backend.connection() as conn:
+        channel = conn.default_channel
+        Queue(queue, durable=True)(channel).declare()
+        for body in (b"1", b"2", b"3"):
+            Producer(channel).publish(body, routing_key=queue)
+        first = ladder_backend.wait_until(lambda: get(conn, queue, no_ack=False), 10, "message 1")
+        second = get(conn, queue, no_ack=False)
+        assert (first.body, second.body, first.delivery_info["redelivered"]) == (b"1", b"2", False)
+        second.requeue()
+        first.requeue()
+        again = [get(conn, queue, no_ack=False) for _ in range(3)]
+        assert [(m.body, m.delivery_info["redelivered"]) for m in again] == [(b"1", True), (b"2", True), (b"3", False)]
+        for message in again:
+            message.ack()
+        with pytest.raises(PreconditionFailed, match="unknown delivery tag"):
+            channel.basic_ack(99)
+            channel.queue_declare(queue=queue, passive=True)  # RabbitMQ reports it on the next call
