@@ -10,6 +10,7 @@ import sys
 from typing import Any, Optional, Sequence
 
 from kombu import Connection
+from kombu.exceptions import OperationalError
 
 from .contract import CONTROL, PARKING, rung_names
 from .relay import Relay
@@ -106,7 +107,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     with Connection(args.broker, connect_timeout=5) as connection:
         try:
             connection.ensure_connection(max_retries=1)
-        except connection.connection_errors as exc:
+        except (OperationalError, *connection.connection_errors) as exc:  # kombu wraps socket errors
             print(f"kombu-ladder: cannot reach the broker at {connection.as_uri()}: {exc}", file=sys.stderr)
             return 2
         if args.command == "declare":

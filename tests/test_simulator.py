@@ -1,0 +1,159 @@
+"""The ladder on the simulator: long delays in milliseconds, hop counts, and the head-of-line bug it avoids."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+from kombu import Consumer, Exchange, Producer, Queue
+
+from kombu_ladder import LadderProducer, Scheduler, TopologyConflict, declare, hops_for, rung_name
+from kombu_ladder.plan import choose_rung
+from kombu_ladder.simulator import SimulatedBroker
+
+HOUR = 3600
+DAY = 24 * HOUR
+
+
+def _target(conn: Any, name: str = "t.sim") -> None:
+    billing = Exchange("billing", "direct", durable=True)
+    Queue(name, billing, routing_key=name, durable=True)(conn.default_channel).declare()
+
+
+def _rung_arrivals(broker: SimulatedBroker) -> Counter[int]:
+    return Counter({r: len(broker.arrivals(rung_name(r))) for r in (3600, 600, 60, 10, 1)
+                    if broker.arrivals(rung_name(r))})
+
+
+@pytest.mark.parametrize("delay", [HOUR, 4 * HOUR, DAY, 30 * DAY, 90, 3 * HOUR + 25 * 60 + 7])
+def test_a_long_delay_takes_exactly_the_forecast_hops_in_milliseconds(delay: int) -> None:
+    broker = SimulatedBroker(start=1_800_000_000)
+    relay = broker.relay()
+    started = time.perf_counter()
+    with broker.connection() as conn:
+        _target(conn)
+        LadderProducer(conn.default_channel, clock=broker.now).publish(
+            {"delay": delay}, exchange="billing", routing_key="t.sim", countdown=delay)
+        broker.advance(delay - 0.001)
+        assert broker.messages("t.sim") == []
+        broker.advance(0.001)
+        (arrival,) = broker.arrivals("t.sim")
+    elapsed = time.perf_counter() - started
+    forecast = hops_for(delay)
+    assert arrival.at == 1_800_000_000 + delay
+    assert arrival.message.payload == {"delay": delay}
+    assert _rung_arrivals(broker) == Counter(forecast)
+    assert relay.counters.as_dict() == {"received": len(forecast), "delivered": 1, "hops": len(forecast) - 1,
+                                        "malformed": 0, "parked": 0}
+    assert elapsed < 10, f"{delay}s of virtual time took {elapsed:.2f}s of real time"
+
+
+@pytest.mark.parametrize("delay", [90, 4 * HOUR, DAY])
+def test_with_rabbitmqs_expiry_lag_the_ladder_steps_down_and_still_arrives_early_not_late(delay: int) -> None:
+    lag_ms = 2
+    broker = SimulatedBroker(start=1_800_000_000, expiry_lag=lag_ms / 1000)
+    relay = broker.relay()
+    with broker.connection() as conn:
+        _target(conn)
+        LadderProducer(conn.default_channel, clock=broker.now).publish(
+            b"x", exchange="billing", routing_key="t.sim", countdown=delay)
+        broker.advance(delay + 1)
+    # The expected path: each rung ends lag_ms late, so what remains falls just short of the next rung.
+    rungs, spent = [], 0
+    while (rung := choose_rung(delay * 1000 - spent)) is not None:
+        rungs.append(rung)
+        spent += rung * 1000 + lag_ms
+    (arrival,) = broker.arrivals("t.sim")
+    assert round((arrival.at - 1_800_000_000) * 1000) == spent
+    assert delay - 1 < arrival.at - 1_800_000_000 <= delay
+    assert _rung_arrivals(broker) == Counter(rungs)
+    assert relay.counters.hops == len(rungs) - 1
+    assert len(rungs) > len(hops_for(delay))
+
+
+def test_per_message_ttl_head_of_line_bug_and_the_ladder_avoiding_it() -> None:
+    broker = SimulatedBroker(start=1_800_000_000)
+    broker.relay()
+    with broker.connection() as conn:
+        channel = conn.default_channel
+        Queue("hol.target", durable=True)(channel).declare()
+        Queue("hol.waiting", durable=True, queue_arguments={
+            "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "hol.target"})(channel).declare()
+        Queue("ladder.target", durable=True)(channel).declare()
+        plain = Producer(channel)
+        plain.publish(b"4h", routing_key="hol.waiting", expiration=4 * HOUR)
+        plain.publish(b"1min", routing_key="hol.waiting", expiration=60)
+        ladder = LadderProducer(channel, clock=broker.now)
+        ladder.publish(b"4h", routing_key="ladder.target", countdown=4 * HOUR)
+        ladder.publish(b"1min", routing_key="ladder.target", countdown=60)
+
+        broker.advance(60)
+        assert broker.messages("hol.target") == []  # the 1 min message is stuck behind the 4 h one
+        assert [a.message.body for a in broker.arrivals("ladder.target")] == [b"1min"]
+
+        broker.advance(4 * HOUR - 60)
+    hol = [(a.at - 1_800_000_000, a.message.body) for a in broker.arrivals("hol.target")]
+    assert hol == [(4 * HOUR, b"4h"), (4 * HOUR, b"1min")]
+    ladder_arrivals = [(a.at - 1_800_000_000, a.message.body) for a in broker.arrivals("ladder.target")]
+    assert ladder_arrivals == [(60, b"1min"), (4 * HOUR, b"4h")]
+
+
+def test_a_task_scheduled_a_day_ahead_runs_in_well_under_a_second(ladder_broker: SimulatedBroker) -> None:
+    ran: list[dict[str, Any]] = []
+
+    def send_reminder(payload: dict[str, Any]) -> None:  # the user's code under test
+        ran.append(payload)
+
+    started = time.perf_counter()
+    with ladder_broker.connection() as conn:
+        reminders = Queue("reminders", durable=True)
+        reminders(conn.default_channel).declare()
+        with Scheduler.on(conn, relay=False, clock=ladder_broker.now) as scheduler:
+            scheduler.in_(DAY, {"user": 7, "text": "renew"}, routing_key="reminders")
+        ladder_broker.advance(DAY - 1)
+        assert ladder_broker.depth("reminders") == 0
+        ladder_broker.advance(1)
+        with Consumer(conn, [reminders], callbacks=[lambda body, message: (send_reminder(body), message.ack())],
+                      accept=["json"]):
+            conn.drain_events(timeout=1)
+    assert ran == [{"user": 7, "text": "renew"}]
+    assert time.perf_counter() - started < 1.0
+
+
+def test_a_scheduler_with_its_own_relay_thread_runs_on_the_virtual_clock() -> None:
+    broker = SimulatedBroker()
+    with broker.connection() as conn:
+        Queue("t.thread", durable=True)(conn.default_channel).declare()
+        scheduler = Scheduler.on(conn, clock=broker.now)
+        start = broker.now()
+        scheduler.in_(4 * HOUR, b"later", routing_key="t.thread")
+        scheduler.in_(90, b"soon", routing_key="t.thread")
+        broker.advance(4 * HOUR)
+        assert (scheduler.delivered, scheduler.hops) == (2, 3 + 3)
+        started = time.perf_counter()
+        scheduler.close()
+        assert time.perf_counter() - started < 5  # the relay thread stops without waiting out a poll
+        assert not scheduler.running
+    assert [(round(a.at - start), a.message.body) for a in broker.arrivals("t.thread")] == \
+        [(90, b"soon"), (4 * HOUR, b"later")]
+
+
+def test_declaring_the_ladder_over_a_conflicting_queue_fails_as_on_rabbitmq() -> None:
+    broker = SimulatedBroker()
+    with broker.connection() as conn:
+        Queue(rung_name(3600), durable=True, queue_arguments={"x-message-ttl": 1000})(conn.default_channel).declare()
+        with pytest.raises(TopologyConflict, match="inequivalent arg 'x-message-ttl'"):
+            declare(conn)
+        assert conn.default_channel.queue_declare(queue=rung_name(3600), passive=True).queue == rung_name(3600)
+
+
+def test_two_brokers_in_one_process_are_independent() -> None:
+    first, second = SimulatedBroker(), SimulatedBroker(start=0)
+    with first.connection() as a, second.connection() as b:
+        Queue("only.first")(a.default_channel).declare()
+        assert "only.first" in first.queue_names() and "only.first" not in second.queue_names()
+        assert b.default_channel.queue_declare(queue="", exclusive=True).queue.startswith("amq.gen-")
+    first.advance(10)
+    assert second.now() < 1 and first.now() > 1_000_000_000
