@@ -1,0 +1,130 @@
+"""The parking queue: see why messages were parked, and send them back through the relay."""
+
+from __future__ import annotations
+
+import collections
+import logging
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from .contract import CONTROL, EXCHANGE, PARKED_AT, PARKED_REASON, PARKING
+
+__all__ = ["ReplayResult", "parked_reasons", "replay", "unparked_headers"]
+
+logger = logging.getLogger(__name__)
+
+I_REPLAYED = "replayed %d parked message(s) to %s; %d left parked"
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """What :func:`replay` did."""
+
+    #: Parked messages sent back to the control queue (each confirmed, then removed).
+    replayed: int
+    #: Parked messages looked at and left in the parking queue (not matching, or over the limit).
+    kept: int
+
+
+def unparked_headers(headers: Optional[dict[str, Any]]) -> dict[str, Any]:
+    """Return a parked message's headers without the parking headers.
+
+    The ``x-schedule-*`` headers it had when it was parked stay, so the relay
+    decides about it again exactly as it did the first time.
+    """
+    return {k: v for k, v in (headers or {}).items() if k not in (PARKED_REASON, PARKED_AT)}
+
+
+def _reason(message: Any) -> str:
+    reason = (message.headers or {}).get(PARKED_REASON, "")
+    if isinstance(reason, bytes):
+        reason = reason.decode("utf-8", "replace")
+    return reason if isinstance(reason, str) else repr(reason)
+
+
+def _depth(channel: Any) -> int:
+    return int(channel.queue_declare(PARKING, passive=True)[1])
+
+
+def parked_reasons(connection: Any, *, limit: int = 100) -> list[tuple[str, int]]:
+    """Tally the reasons of the first ``limit`` parked messages, most frequent first.
+
+    The messages are only looked at: they are taken unacked and returned to
+    their places when the channel closes.
+
+    Arguments:
+        connection: a :class:`kombu.Connection`.
+        limit: how many parked messages to look at.
+
+    Returns:
+        ``(reason, count)`` pairs.
+    """
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+        raise ValueError(f"limit must be a non-negative integer, not {limit!r}")
+    tally: collections.Counter[str] = collections.Counter()
+    channel = connection.channel()
+    try:
+        for _ in range(min(limit, _depth(channel))):
+            message = channel.basic_get(PARKING, no_ack=False)
+            if message is None:
+                break
+            tally[_reason(message)] += 1
+    finally:
+        channel.close()  # the broker puts every unacked message back in its place
+    return tally.most_common()
+
+
+def replay(connection: Any, *, limit: Optional[int] = None, match: Optional[str] = None) -> ReplayResult:
+    """Send parked messages back to the control queue, where the relay decides again.
+
+    Run it after fixing what parked them (declare the missing exchange or
+    binding, extend the allow-list): a message that is due is then delivered,
+    one that is not yet due goes back into a rung, and one that still cannot be
+    delivered is parked again with a fresh reason. Each message is removed from
+    the parking queue only once the broker confirmed its copy, so a crash
+    duplicates rather than loses. Only the messages parked when the replay
+    starts are looked at, once each.
+
+    Arguments:
+        connection: a :class:`kombu.Connection` (py-amqp transport).
+        limit: replay at most this many (default: all).
+        match: replay only messages whose ``x-ladder-parked-reason`` contains this text.
+
+    Returns:
+        A :class:`ReplayResult`.
+
+    Raises:
+        ValueError: ``limit`` is not a non-negative integer.
+    """
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
+        raise ValueError(f"limit must be a non-negative integer or None, not {limit!r}")
+    replayed = kept = 0
+    channel = connection.channel()
+    try:
+        channel.confirm_select()
+        for _ in range(_depth(channel)):
+            message = channel.basic_get(PARKING, no_ack=False)
+            if message is None:
+                break
+            if (match is not None and match not in _reason(message)) or (limit is not None and replayed >= limit):
+                kept += 1  # left unacked: it goes back to its place when the channel closes
+                continue
+            _send_back(channel, message)
+            channel.basic_ack(message.delivery_tag)
+            replayed += 1
+    finally:
+        channel.close()
+    logger.info(I_REPLAYED, replayed, CONTROL, kept)
+    return ReplayResult(replayed=replayed, kept=kept)
+
+
+def _send_back(channel: Any, message: Any) -> None:
+    properties = dict(message.properties or {})
+    properties.pop("application_headers", None)
+    priority = properties.pop("priority", None)
+    content_type = properties.pop("content_type", None)
+    content_encoding = properties.pop("content_encoding", None)
+    copy = channel.prepare_message(message.body, priority, content_type, content_encoding,
+                                   unparked_headers(message.headers), properties)
+    # Waits for the broker's confirm; a nack raises, and the parked original stays.
+    channel.basic_publish_confirm(copy, exchange=EXCHANGE, routing_key=CONTROL, mandatory=True)
