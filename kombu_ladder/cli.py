@@ -1,4 +1,4 @@
-"""``kombu-ladder declare|relay|status``: operate the ladder from a shell."""
+"""``kombu-ladder declare|relay|status|replay``: operate the ladder from a shell."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from kombu import Connection
 from kombu.exceptions import OperationalError
 
 from .contract import CONTROL, PARKING, rung_names
+from .parking import parked_reasons, replay
 from .relay import Relay
 from .topology import declare
 
@@ -45,13 +46,27 @@ def queue_depths(connection: Any) -> list[tuple[str, Optional[int], Optional[int
     return rows
 
 
-def _status(connection: Any) -> int:
+def _status(connection: Any, args: argparse.Namespace) -> int:
     print(f"{'queue':<26} {'messages':>9} {'consumers':>9}")
+    parked = 0
     for name, messages, consumers in queue_depths(connection):
         if messages is None:
             print(f"{name:<26} {'missing':>9} {'-':>9}")
         else:
             print(f"{name:<26} {messages:>9} {consumers:>9}")
+            if name == PARKING:
+                parked = messages
+    if parked and args.parked:
+        print(f"\nwhy they are parked (the first {min(parked, args.parked)}):")
+        for reason, count in parked_reasons(connection, limit=args.parked):
+            print(f"{count:>7}  {reason}")
+    return 0
+
+
+def _replay(connection: Any, args: argparse.Namespace) -> int:
+    declare(connection)
+    result = replay(connection, limit=args.limit, match=args.match)
+    print(f"replayed {result.replayed} parked message(s) to {CONTROL}; {result.kept} left parked")
     return 0
 
 
@@ -90,7 +105,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="INFO", help="logging level (default: %(default)s)")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("declare", help="declare the exchange, the rungs and the control queue")
-    sub.add_parser("status", help="show each rung's depth and consumers, and the control and parking queues")
+    status = sub.add_parser("status", help="show each rung's depth and consumers, and the control and parking queues")
+    status.add_argument("--parked", type=int, default=100, metavar="N",
+                        help="tally the reasons of the first N parked messages (default: %(default)s; 0: none)")
+    replay_ = sub.add_parser("replay", help="send parked messages back through the relay once their route is fixed")
+    replay_.add_argument("--limit", type=int, default=None, metavar="N", help="replay at most N messages")
+    replay_.add_argument("--match", default=None, metavar="TEXT",
+                         help="replay only messages whose x-ladder-parked-reason contains TEXT")
     relay = sub.add_parser("relay", help="run a relay until SIGTERM or SIGINT")
     relay.add_argument("--prefetch", type=int, default=50, help="expired messages held at once (default: 50)")
     relay.add_argument("--report-every", type=float, default=30.0, metavar="SECONDS",
@@ -113,5 +134,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.command == "declare":
             return _declare(connection)
         if args.command == "status":
-            return _status(connection)
+            return _status(connection, args)
+        if args.command == "replay":
+            return _replay(connection, args)
         return _relay(connection, args)
