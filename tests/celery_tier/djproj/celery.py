@@ -1,0 +1,10 @@
+"""The project's Celery app, configured from Django settings with the CELERY_ namespace."""
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "djproj.settings")
+
+app = Celery("djproj")
+app.config_from_object("django.conf:settings", namespace="CELERY")
