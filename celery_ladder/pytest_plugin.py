@@ -1,0 +1,149 @@
+"""pytest fixtures for Celery projects: ``ladder_celery``, a Celery app on the simulator with the ladder installed."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Iterator, NamedTuple, Optional
+
+import pytest
+from celery import Celery, current_app
+
+from kombu_ladder.simulator import SimulatedBroker
+
+from . import install
+
+__all__ = ["LadderCelery", "TaskMessage", "ladder_celery", "ladder_celery_app"]
+
+
+class TaskMessage(NamedTuple):
+    """A task message that reached a queue (Celery task protocol 2)."""
+
+    name: str
+    id: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    eta: Optional[str]
+    headers: dict[str, Any]
+    #: The kombu message itself.
+    message: Any
+
+
+def _task_message(message: Any) -> TaskMessage:
+    headers = dict(message.headers or {})
+    if "task" not in headers or "id" not in headers:
+        raise ValueError(f"not a Celery task message (protocol 2 headers task and id are missing): {headers!r}")
+    args, kwargs, _embed = message.decode()
+    return TaskMessage(headers["task"], headers["id"], list(args), dict(kwargs), headers.get("eta"), headers, message)
+
+
+class LadderCelery:
+    """A Celery app on a :class:`~kombu_ladder.simulator.SimulatedBroker`, with the ladder installed.
+
+    ``apply_async(countdown=...)`` goes into the simulated ladder; :meth:`advance`
+    moves the virtual clock and runs the relay; :meth:`delivered` shows the task
+    messages that reached a queue and :meth:`run_delivered` executes them.
+    """
+
+    def __init__(self, app: Celery, broker: SimulatedBroker) -> None:
+        #: The Celery app (the one :func:`ladder_celery_app` gave).
+        self.app = app
+        #: The simulated broker under it.
+        self.broker = broker
+
+    def now(self) -> float:
+        """Return the virtual time in epoch seconds."""
+        return self.broker.now()
+
+    def advance(self, seconds: float) -> None:
+        """Move the virtual clock forward; due tasks hop through the ladder and reach their queue."""
+        self.broker.advance(seconds)
+
+    def _queues(self, queue: Optional[str]) -> list[str]:
+        if queue is not None:
+            return [queue]
+        names = {q.name for q in self.app.amqp.queues.values()} | {self.app.conf.task_default_queue}
+        return sorted(names)
+
+    def delivered(self, queue: Optional[str] = None) -> list[TaskMessage]:
+        """Return the task messages waiting in ``queue`` (default: every queue the app knows), oldest first."""
+        return [_task_message(m) for name in self._queues(queue) for m in self.broker.messages(name)]
+
+    def run_delivered(self, queue: Optional[str] = None) -> list[Any]:
+        """Take the task messages waiting in ``queue`` (default: all the app's queues) and run them.
+
+        Each task runs in this process with its real arguments through
+        :meth:`celery.Task.apply` (Celery's eager path). Tasks they send are
+        published to the simulator, countdowns through the ladder.
+
+        Returns:
+            The :class:`celery.result.EagerResult` of each task, in order.
+        """
+        results = []
+        for name in self._queues(queue):
+            for message in self.broker.take(name):
+                task = _task_message(message)
+                results.append(self.app.tasks[task.name].apply(
+                    args=task.args, kwargs=task.kwargs, task_id=task.id, retries=task.headers.get("retries", 0)))
+        return results
+
+
+@pytest.fixture
+def ladder_celery_app() -> Iterator[Celery]:
+    """The Celery app ``ladder_celery`` puts on the simulator; override it to test your project's app."""
+    previous = current_app._get_current_object()
+    app = Celery("ladder-test", set_as_current=True)
+    app.conf.task_default_queue = "celery"
+    try:
+        yield app
+    finally:
+        previous.set_current()
+
+
+@pytest.fixture
+def ladder_celery(ladder_celery_app: Celery) -> Iterator[LadderCelery]:
+    """A Celery app on an in-memory broker with a virtual clock, the ladder installed and a relay running.
+
+    .. code-block:: python
+
+        def test_reminder(ladder_celery):
+            send_reminder.apply_async((7,), countdown=4 * 3600)
+            ladder_celery.advance(4 * 3600)
+            assert [t.args for t in ladder_celery.delivered()] == [[7]]
+            ladder_celery.run_delivered()
+    """
+    app = ladder_celery_app
+    broker = SimulatedBroker()
+    saved = {key: app.conf.get(key) for key in ("broker_url", "broker_read_url", "broker_write_url")}
+    app.conf.update(broker_url=broker.url, broker_read_url=None, broker_write_url=None)
+    _reset_pool(app)
+    install(app)
+    producer_class = app.amqp.Producer
+    had_clock = "clock" in producer_class.__dict__
+    producer_class.clock = staticmethod(broker.now)
+    app.now = lambda: _virtual_now(app, broker)  # Celery turns countdown into eta with app.now()
+    broker.relay()
+    try:
+        yield LadderCelery(app, broker)
+    finally:
+        del app.now
+        if not had_clock:
+            del producer_class.clock
+        _reset_pool(app)
+        app.conf.update(saved)
+        broker.close()
+
+
+def _virtual_now(app: Celery, broker: SimulatedBroker) -> datetime:
+    return broker.datetime().astimezone(app.timezone)
+
+
+def _reset_pool(app: Celery) -> None:
+    """Drop the app's cached connection and producer pools so the next publish uses the current broker_url."""
+    pool = app.__dict__.get("_pool") or getattr(app, "_pool", None)
+    if pool is not None:
+        pool.force_close_all()
+        app._pool = None
+    amqp = app.__dict__.get("amqp")
+    if amqp is not None and getattr(amqp, "_producer_pool", None) is not None:
+        amqp._producer_pool.force_close_all()
+        amqp._producer_pool = None
