@@ -10,7 +10,7 @@ from urllib.parse import quote
 
 import pytest
 
-__all__ = ["fresh_vhost", "list_queues", "list_bindings", "list_exchanges", "vhost_url"]
+__all__ = ["fresh_vhost", "list_queues", "list_bindings", "list_exchanges", "list_consumers", "vhost_url"]
 
 
 def _ctl(*args: str) -> str:
@@ -68,3 +68,8 @@ def list_bindings(vhost: str) -> set[tuple[str, str, str]]:
     rows = _json("list_bindings", "-p", vhost, "source_name", "destination_name", "destination_kind", "routing_key")
     return {(r["source_name"], r["destination_name"], r["routing_key"])
             for r in rows if r["source_name"] and r["destination_kind"] == "queue"}
+
+
+def list_consumers(vhost: str) -> list[dict[str, Any]]:
+    """Return the consumers of ``vhost``: ``queue_name``, ``prefetch_count``, ``ack_required``."""
+    return _json("list_consumers", "-p", vhost, "queue_name", "prefetch_count", "ack_required")

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from conftest import wait_for
 from kombu import Connection, Producer, Queue
+from rabbit_helpers import list_consumers
 
 from kombu_ladder import Scheduler
 
@@ -51,7 +52,7 @@ def test_status_prints_depths_and_consumers(connection: Connection, broker_url: 
         sched.in_(7200, b"b", routing_key="t.status")
         sched.in_(30, b"c", routing_key="t.status")
     producer = Producer(connection.default_channel)
-    for n in range(3):
+    for _ in range(3):
         producer.publish(b"p", exchange="", routing_key="acemq.schedule.parked")
     consumer_channel = connection.channel()
     Queue("acemq.schedule.due", no_declare=True).bind(consumer_channel).consume(no_ack=False)
@@ -79,8 +80,8 @@ def test_unreachable_broker_exits_2_with_a_message() -> None:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_relay_runs_relays_and_stops_cleanly(connection: Connection, broker_url: str, tmp_path: Path,
-                                             signum: int) -> None:
+def test_relay_runs_relays_and_stops_cleanly(connection: Connection, broker_url: str, rabbit_vhost: str,
+                                             tmp_path: Path, signum: int) -> None:
     log = tmp_path / "relay.log"
     with log.open("w") as sink:
         proc = subprocess.Popen(
@@ -90,6 +91,9 @@ def test_relay_runs_relays_and_stops_cleanly(connection: Connection, broker_url:
     try:
         wait_for(lambda: "relay consuming from acemq.schedule.due" in log.read_text(), 30,
                  message="the relay subprocess to start consuming")
+        assert list_consumers(rabbit_vhost) == [
+            {"queue_name": "acemq.schedule.due", "prefetch_count": 50, "ack_required": True},
+        ]
         target = Queue("t.cli", durable=True).bind(connection.default_channel)
         target.declare()
         target.purge()

@@ -174,3 +174,23 @@ def test_malformed_messages_are_parked_counted_and_the_relay_keeps_running(ladde
         assert sched.running and sched.malformed == len(MALFORMED)
     with ladder_backend.connection() as conn:
         assert depth(conn, "acemq.schedule.due") == 0
+
+
+def test_a_burst_of_returns_among_deliveries_settles_each_exactly_once(ladder_backend: Any) -> None:
+    """Returns, deliveries and parks interleave in one prefetch window; each expiry is acked once."""
+    with ladder_backend.connection() as conn, Scheduler.on(conn, clock=ladder_backend.clock) as sched:
+        declare_target(conn, "t.burst")
+        for n in range(30):
+            routable = n % 3 != 0
+            sched.in_(1.2, f"m{n}".encode(), routing_key="t.burst" if routable else "t.burst.nowhere")
+        ladder_backend.wait_until(lambda: sched.delivered == 20 and sched.parked == 10, 30,
+                                  "20 delivered and 10 parked")
+        arrivals = Arrivals(ladder_backend, conn, "t.burst")
+        arrivals.poll()
+        delivered = sorted(m.body for m in arrivals.messages)
+        assert delivered == sorted(f"m{n}".encode() for n in range(30) if n % 3 != 0)
+        assert sorted(m.body for m in parked(conn)) == sorted(f"m{n}".encode() for n in range(0, 30, 3))
+        assert (sched.hops, sched.malformed) == (0, 0)
+    with ladder_backend.connection() as conn:
+        assert depth(conn, "acemq.schedule.due") == 0
+        assert get(conn, "t.burst") is None
