@@ -39,7 +39,8 @@ class LadderRelay(bootsteps.ConsumerStep):
     def __init__(self, c: Any, **kwargs: Any) -> None:
         c.ladder_relay = None
         self.counters = Counters()
-        self.core = RelayCore(counters=self.counters)
+        allowed = LadderSettings.from_conf(c.app.conf).allowed_exchanges
+        self.core = RelayCore(counters=self.counters, allowed_exchanges=allowed)
         super().__init__(c, **kwargs)
 
     def include_if(self, c: Any) -> bool:

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
-__all__ = ["LadderSettings", "SETTINGS", "as_bool"]
+__all__ = ["LadderSettings", "SETTINGS", "ALLOWED_EXCHANGES", "as_bool", "as_exchanges"]
 
 #: Each setting's app.conf name -> (default, its Django settings.py name).
 SETTINGS: dict[str, tuple[bool, str]] = {
     "ladder_enabled": (True, "CELERY_LADDER_ENABLED"),
     "ladder_relay": (True, "CELERY_LADDER_RELAY"),
 }
+
+#: The relay's target-exchange allow-list: its app.conf name and its Django settings.py name.
+ALLOWED_EXCHANGES = ("ladder_allowed_exchanges", "CELERY_LADDER_ALLOWED_EXCHANGES")
 
 #: Strings accepted for a boolean setting (environment variables and .env files give strings).
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -38,6 +41,25 @@ def as_bool(name: str, value: Any) -> bool:
     raise ValueError(f"setting {name}{also} must be a boolean (True/False), not {value!r}")
 
 
+def as_exchanges(value: Any) -> Optional[frozenset[str]]:
+    """Read ``ladder_allowed_exchanges``: ``None`` (every exchange) or a collection of names.
+
+    ``""`` in the collection stands for the default exchange.
+
+    Raises:
+        TypeError: a single string, or anything but a list/tuple/set of strings, naming the setting.
+    """
+    if value is None:
+        return None
+    name, django = ALLOWED_EXCHANGES
+    if isinstance(value, (list, tuple, set, frozenset)) and all(isinstance(v, str) for v in value):
+        return frozenset(value)
+    raise TypeError(
+        f"setting {name} ({django} in Django settings) must be None or a list of exchange names "
+        f"(\"\" is the default exchange), not {value!r}"
+    )
+
+
 @dataclass(frozen=True)
 class LadderSettings:
     """The ladder's settings for one Celery app."""
@@ -46,18 +68,22 @@ class LadderSettings:
     enabled: bool = True
     #: Run the relay as a consumer bootstep in this app's workers.
     relay: bool = True
+    #: Target exchanges the workers' relay may deliver to; ``None`` (the default) allows every one.
+    allowed_exchanges: Optional[frozenset[str]] = None
 
     @classmethod
     def from_conf(cls, conf: Mapping[str, Any]) -> "LadderSettings":
-        """Read ``ladder_enabled`` and ``ladder_relay`` from a Celery ``app.conf``.
+        """Read ``ladder_enabled``, ``ladder_relay`` and ``ladder_allowed_exchanges`` from ``app.conf``.
 
         A setting that is absent or ``None`` takes its default (True).
 
         Raises:
-            ValueError: a setting has a value that is not a boolean.
+            ValueError: a boolean setting has a value that is not a boolean.
+            TypeError: ``ladder_allowed_exchanges`` is not None or a list of names.
         """
         values = {}
         for name, (default, _) in SETTINGS.items():
             value = conf.get(name)
             values[name] = default if value is None else as_bool(name, value)
-        return cls(enabled=values["ladder_enabled"], relay=values["ladder_relay"])
+        return cls(enabled=values["ladder_enabled"], relay=values["ladder_relay"],
+                   allowed_exchanges=as_exchanges(conf.get(ALLOWED_EXCHANGES[0])))
