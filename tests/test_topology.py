@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 from amqp.exceptions import PreconditionFailed
-from kombu import Connection
+from kombu import Connection, Queue
 from rabbit_helpers import fresh_vhost, list_bindings, list_exchanges, list_queues, vhost_url
 
-from kombu_ladder import TopologyConflict, declare
+from kombu_ladder import LadderProducer, TopologyConflict, declare
 
 __all__ = ["fresh_vhost"]  # the fixture, re-exported so pytest finds it here
 
@@ -188,3 +188,18 @@ def test_precondition_conflict_on_the_exchange(fresh_vhost: str) -> None:
         assert "'acemq.schedule'" in str(info.value)
         assert "direct" in str(info.value)
         assert conn.default_channel.queue_declare(queue="", exclusive=True)[0]
+
+
+def test_a_conflict_on_first_delayed_publish_leaves_the_producer_usable(fresh_vhost: str) -> None:
+    with Connection(vhost_url(fresh_vhost)) as conn:
+        other = conn.channel()
+        other.queue_declare(queue="acemq.schedule.1m", durable=True, auto_delete=False,
+                            arguments={"x-message-ttl": 60000})  # two arguments short of the contract
+        other.close()
+        target = Queue("t.plain", durable=True).bind(conn.default_channel)
+        target.declare()
+        producer = LadderProducer(conn.default_channel)
+        with pytest.raises(TopologyConflict, match="acemq.schedule.1m"):
+            producer.publish(b"later", routing_key="t.plain", countdown=90)
+        producer.publish(b"now", routing_key="t.plain")  # the producer's own channel survived
+        assert target.get(no_ack=True).body == b"now"
