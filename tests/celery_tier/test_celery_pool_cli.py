@@ -1,0 +1,153 @@
+"""``celery worker -P ladder`` as a subprocess (with --concurrency and -Q), ``inspect ladder`` and ``celery ladder``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from celery.utils.time import maybe_iso8601
+from conftest import purge_ladder, wait_for
+from kombu import Connection
+
+import celery_ladder
+from kombu_ladder.contract import CONTROL, PARKING, rung_names
+
+from .helpers import purge_queues
+from .poolapp import POOL_QUEUE, make_app
+
+pytestmark = [pytest.mark.broker, pytest.mark.celery]
+
+HERE = Path(__file__).parent
+
+#: Delays (seconds) published out of order to the ``-P ladder`` worker.
+DELAYS = (4.0, 1.5, 6.0, 2.5, 3.2, 5.1)
+
+
+def celery_cli(broker_url: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "celery", "-A", "poolapp", *args], cwd=HERE, env=_env(broker_url),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _env(broker_url: str) -> dict[str, str]:
+    return dict(os.environ, LADDER_POOL_BROKER=broker_url,
+                PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
+
+
+class Worker:
+    """A ``celery worker -P ladder`` subprocess."""
+
+    def __init__(self, broker_url: str, log_dir: Path) -> None:
+        self.hostname = f"ladder-{uuid.uuid4().hex[:6]}@test"
+        self.log = log_dir / "worker.log"
+        self.out = self.log.open("w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "poolapp", "worker", "-P", "ladder", "--concurrency", "2",
+             "-Q", POOL_QUEUE, "-n", self.hostname, "-l", "info", "--without-gossip", "--without-mingle"],
+            cwd=HERE, env=_env(broker_url), stdout=self.out, stderr=subprocess.STDOUT,
+        )
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(30)
+        finally:
+            self.out.close()
+            if self.proc.returncode is None:
+                self.proc.kill()
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+
+@pytest.fixture(scope="module")
+def publisher(broker_url: str) -> Iterator[Any]:
+    """The same app in this process, with the ladder installed (the producer side)."""
+    with Connection(broker_url) as conn:
+        purge_ladder(conn)
+    purge_queues(broker_url, (POOL_QUEUE,))
+    app = celery_ladder.install(make_app(broker_url))
+    yield app
+    app.close()
+
+
+@pytest.fixture(scope="module")
+def pool_worker(broker_url: str, publisher: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
+    worker = Worker(broker_url, tmp_path_factory.mktemp("pool-worker"))
+
+    def relaying() -> bool:
+        assert worker.proc.poll() is None, worker.output()
+        replies = publisher.control.broadcast("ladder", reply=True, timeout=1, limit=1,
+                                              destination=[worker.hostname])
+        return bool(replies) and replies[0][worker.hostname].get("relay") is True
+
+    try:
+        wait_for(relaying, timeout=60, interval=0.5, message="the -P ladder worker and its relay")
+        yield worker
+    finally:
+        code = worker.stop()
+        assert code == 0, worker.output()
+
+
+def test_pool_ladder_with_concurrency_and_queues_runs_delayed_tasks_on_time(publisher: Any,
+                                                                           pool_worker: Worker) -> None:
+    when = publisher.tasks["poolapp.when"]
+    results = [(delay, when.apply_async(countdown=delay, queue=POOL_QUEUE)) for delay in DELAYS]
+    for delay, result in results:
+        got = result.get(timeout=max(DELAYS) + 20)
+        late = got["at"] - maybe_iso8601(got["eta"]).timestamp()
+        assert -0.02 <= late <= 1.5, f"countdown={delay} ran {late:+.3f}s from its ETA"
+        assert got["routing_key"] == POOL_QUEUE
+    stats = publisher.control.inspect(destination=[pool_worker.hostname], timeout=5, limit=1).stats()
+    pool = stats[pool_worker.hostname]["pool"]
+    assert pool["implementation"] == "celery_ladder.pool:TaskPool"
+    assert pool["max-concurrency"] == 2 and len(pool["processes"]) == 2
+    assert "ladder relay consuming from acemq.schedule.due" in pool_worker.output()
+
+
+def test_inspect_ladder_reports_the_relay_counters(broker_url: str, publisher: Any, pool_worker: Worker) -> None:
+    done = celery_cli(broker_url, "inspect", "ladder", "-d", pool_worker.hostname, "--json")
+    assert done.returncode == 0, done.stderr
+    counters = json.loads(done.stdout)[pool_worker.hostname]
+    assert counters["relay"] is True
+    assert set(counters) >= {"scheduled", "delivered", "hops", "malformed", "parked"}
+    assert counters["delivered"] >= len(DELAYS) and counters["hops"] > 0
+    assert counters["malformed"] == 0 and counters["parked"] == 0
+
+
+def test_celery_ladder_declare_and_status(broker_url: str, pool_worker: Worker) -> None:
+    declared = celery_cli(broker_url, "ladder", "declare")
+    assert declared.returncode == 0, declared.stderr
+    assert declared.stdout.split() == [*rung_names(), CONTROL]
+    status = celery_cli(broker_url, "ladder", "status", "--json", "--timeout", "2")
+    assert status.returncode == 0, status.stderr
+    report = json.loads(status.stdout)
+    queues = {row["queue"]: row for row in report["queues"]}
+    assert set(queues) == {*rung_names(), CONTROL, PARKING}
+    assert queues[CONTROL]["consumers"] >= 1, "the worker's relay consumes the control queue"
+    assert report["workers"][pool_worker.hostname]["relay"] is True
+    table = celery_cli(broker_url, "ladder", "status")
+    assert table.returncode == 0 and pool_worker.hostname in table.stdout and "acemq.schedule.1h" in table.stdout
+
+
+def test_celery_ladder_relay_runs_until_sigterm(broker_url: str, pool_worker: Worker) -> None:
+    def consumers() -> int:
+        with Connection(broker_url) as conn:
+            return conn.default_channel.queue_declare(CONTROL, passive=True).consumer_count
+
+    before = consumers()
+    proc = subprocess.Popen([sys.executable, "-m", "celery", "-A", "poolapp", "ladder", "relay"], cwd=HERE,
+                            env=_env(broker_url), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(lambda: consumers() == before + 1, timeout=30, message="the standalone relay to consume")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out
+    assert "relay stopped" in out
