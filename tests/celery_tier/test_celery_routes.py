@@ -11,7 +11,7 @@ from typing import Any, Iterator
 import pytest
 from celery.utils.time import maybe_iso8601
 from conftest import wait_for
-from kombu import Connection, Exchange, Queue
+from kombu import Connection, Exchange, Producer, Queue
 
 from kombu_ladder.relay import Relay
 
@@ -109,3 +109,13 @@ def test_delivered_message_is_what_vanilla_celery_publishes(celery_app: Any, con
     assert "expiration" not in laddered.properties, "a per-message expiration is never parked in a rung"
     assert laddered.properties == vanilla.properties
     assert standalone_relay.counters.delivered >= 1 and time.time() >= eta.timestamp() - 1
+
+
+def test_a_producer_of_your_own_is_wrapped_for_eta_tasks(celery_app: Any, connection: Connection) -> None:
+    stamp = celery_app.tasks["t.stamp"]
+    with celery_app.connection_for_write() as conn:
+        own = Producer(conn)
+        stamp.apply_async(("own",), countdown=30, producer=own)
+        stamp.apply_async(("own-now",), producer=own, queue="reports")
+    assert queue_depth(connection, "acemq.schedule.10s") == 1
+    assert queue_depth(connection, "reports") == 1, "a task without ETA goes straight to its queue"
