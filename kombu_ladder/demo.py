@@ -151,6 +151,7 @@ def _run_on_simulator() -> Optional[int]:
     broker = SimulatedBroker()
     print("running the same scenario on the in-memory simulator (virtual clock: no waiting)\n")
     with broker.connection() as connection:
+        broker.drive(connection)  # advance() hands this connection's deliveries to the demo's consumer
         rows, scheduler = run_scenario(
             connection, clock=broker.now, pump=lambda: broker.advance(0.1),
             timeout=max(DELAYS) + 30,
