@@ -7,6 +7,7 @@ from typing import Any, Iterator, NamedTuple, Optional
 
 import pytest
 from celery import Celery, current_app
+from celery.worker.request import Request
 
 from kombu_ladder.simulator import SimulatedBroker
 
@@ -68,23 +69,35 @@ class LadderCelery:
         """Return the task messages waiting in ``queue`` (default: every queue the app knows), oldest first."""
         return [_task_message(m) for name in self._queues(queue) for m in self.broker.messages(name)]
 
-    def run_delivered(self, queue: Optional[str] = None) -> list[Any]:
+    def run_delivered(self, queue: Optional[str] = None, *, as_worker: bool = False) -> list[Any]:
         """Take the task messages waiting in ``queue`` (default: all the app's queues) and run them.
 
-        Each task runs in this process with its real arguments through
-        :meth:`celery.Task.apply` (Celery's eager path). Tasks they send are
-        published to the simulator, countdowns through the ladder.
+        Each task runs in this process with its real arguments. By default it
+        runs through :meth:`celery.Task.apply`, Celery's eager path: a
+        ``retry()`` runs again at once. With ``as_worker=True`` it runs as a
+        worker runs it (Celery's own ``Request.execute``): a ``retry(countdown=)``
+        or a linked callback is published to the simulator, through the ladder.
 
         Returns:
-            The :class:`celery.result.EagerResult` of each task, in order.
+            Eager: each task's :class:`celery.result.EagerResult`. As a worker:
+            each task's return value (a :class:`billiard.einfo.ExceptionInfo`
+            when it failed or retried).
         """
         results = []
         for name in self._queues(queue):
             for message in self.broker.take(name):
                 task = _task_message(message)
+                if as_worker:
+                    results.append(Request(message, on_ack=_no_op, on_reject=_no_op, app=self.app,
+                                           hostname="ladder-simulator").execute())
+                    continue
                 results.append(self.app.tasks[task.name].apply(
                     args=task.args, kwargs=task.kwargs, task_id=task.id, retries=task.headers.get("retries", 0)))
         return results
+
+
+def _no_op(*args: Any, **kwargs: Any) -> None:
+    """The taken message is already off the queue: there is nothing to ack or reject."""
 
 
 @pytest.fixture

@@ -76,3 +76,27 @@ def test_a_task_that_schedules_another_sends_it_through_the_ladder(ladder_celery
     ladder_celery.advance(HOUR)
     ladder_celery.run_delivered()
     assert ran == [("follow_up", 42), ("remind", (42, "follow-up"))]
+
+
+@shared_task(name="sim.flaky", bind=True, max_retries=3)
+def flaky(self: Any, order: int) -> str:
+    ran.append(("flaky", self.request.retries))
+    if self.request.retries < 2:
+        raise self.retry(countdown=600)
+    return f"done {order}"
+
+
+def test_run_as_a_worker_sends_retries_through_the_ladder(ladder_celery: Any) -> None:
+    ran.clear()
+    flaky.delay(5)
+    ladder_celery.run_delivered(as_worker=True)
+    assert ran == [("flaky", 0)] and ladder_celery.delivered() == []  # the retry waits 10 minutes
+    ladder_celery.advance(599)
+    assert ladder_celery.delivered() == []
+    ladder_celery.advance(1)
+    (retry,) = ladder_celery.delivered()
+    assert (retry.name, retry.args, retry.headers["retries"]) == ("sim.flaky", [5], 1)
+    ladder_celery.run_delivered(as_worker=True)
+    ladder_celery.advance(600)
+    assert ladder_celery.run_delivered(as_worker=True) == ["done 5"]
+    assert ran == [("flaky", 0), ("flaky", 1), ("flaky", 2)]
