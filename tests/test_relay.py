@@ -194,3 +194,13 @@ def test_a_burst_of_returns_among_deliveries_settles_each_exactly_once(ladder_ba
     with ladder_backend.connection() as conn:
         assert depth(conn, "acemq.schedule.due") == 0
         assert get(conn, "t.burst") is None
+
+
+def test_a_compressed_message_is_delivered_decodable(ladder_backend: Any) -> None:
+    with ladder_backend.connection() as conn, Scheduler.on(conn, clock=ladder_backend.clock):
+        declare_target(conn, "t.zlib")
+        producer = LadderProducer(conn.default_channel, clock=ladder_backend.clock)
+        producer.publish({"big": "x" * 5000}, routing_key="t.zlib", countdown=1.2, compression="zlib")
+        [message] = [m for _, _, m in Arrivals(ladder_backend, conn, "t.zlib").wait(1, timeout=20)]
+        assert message.headers == {"compression": "application/x-gzip"}
+        assert message.decode() == {"big": "x" * 5000}
