@@ -5,14 +5,16 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-from kombu import Connection, Queue
+from kombu import Connection, Consumer, Queue
 from kombu.exceptions import OperationalError
 
 from .contract import CONTROL, EXCHANGE, PARKING, rung_names
 from .envelope import strip_death
+from .errors import LadderError
 from .topology import declare
 
 __all__ = ["MoveResult", "move", "main"]
@@ -20,6 +22,12 @@ __all__ = ["MoveResult", "move", "main"]
 logger = logging.getLogger(__name__)
 
 I_MOVED = "moved %d message(s) from %s"
+
+#: Messages moved per round: consumed with this prefetch, published, confirmed together, then acked.
+BATCH = 200
+
+#: Seconds without a delivery after which a queue counts as drained.
+IDLE = 2.0
 
 #: AMQP properties copied onto the moved message (headers travel separately).
 _PROPERTIES = (
@@ -52,9 +60,10 @@ def move(source: Connection, target: Connection, *, limit: Optional[int] = None,
 
     Body, properties and application headers are copied unchanged (minus
     RabbitMQ's ``x-death`` bookkeeping). Each message is acked on ``source``
-    only after ``target`` confirmed it: a crash can duplicate a message, never
-    lose one. Each queue is moved up to the depth it had when its turn came, so
-    a source that still has producers or a relay does not keep the move going.
+    only after ``target`` confirmed it (in batches of :data:`BATCH`, confirms
+    pipelined): a crash can duplicate a message, never lose one. Each queue
+    is moved up to the depth it had when its turn came, so a source that
+    still has producers or a relay does not keep the move going.
 
     Arguments:
         source: the broker to empty (the "blue" one).
@@ -67,7 +76,7 @@ def move(source: Connection, target: Connection, *, limit: Optional[int] = None,
 
     Raises:
         ValueError: ``limit`` is not a positive integer.
-        amqp.exceptions.MessageNacked: ``target`` refused a message; it stays on ``source``.
+        LadderError: ``target`` refused or did not confirm a batch; it stays on ``source``.
     """
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
         raise ValueError(f"limit must be a positive integer or None, not {limit!r}")
@@ -75,9 +84,10 @@ def move(source: Connection, target: Connection, *, limit: Optional[int] = None,
     queues = [*rung_names(), CONTROL] + ([PARKING] if include_parked else [])
     moved: dict[str, int] = {}
     out = target.channel()
+    confirms = _Confirms(target, out)
     try:
         for name in queues:
-            moved[name] = _move_queue(source, out, name, limit)
+            moved[name] = _move_queue(source, confirms, name, limit)
             if moved[name]:
                 logger.info(I_MOVED, moved[name], name)
     finally:
@@ -85,7 +95,7 @@ def move(source: Connection, target: Connection, *, limit: Optional[int] = None,
     return MoveResult(moved)
 
 
-def _move_queue(source: Connection, out: Any, name: str, limit: Optional[int]) -> int:
+def _move_queue(source: Connection, confirms: "_Confirms", name: str, limit: Optional[int]) -> int:
     channel = source.channel()
     try:
         try:
@@ -93,33 +103,95 @@ def _move_queue(source: Connection, out: Any, name: str, limit: Optional[int]) -
         except source.channel_errors:
             return 0  # no such queue on the source: nothing waits there
         budget = depth if limit is None else min(depth, limit)
-        queue = Queue(name, no_declare=True).bind(channel)
+        if budget == 0:
+            return 0
+        received: list[Any] = []
+        consumer = Consumer(channel, queues=[Queue(name, no_declare=True)], on_message=received.append,
+                            prefetch_count=min(BATCH, budget), no_ack=False, accept=None)
+        consumer.consume()
         count = 0
         while count < budget:
-            message = queue.get(no_ack=False, accept=None)
-            if message is None:
+            want = min(BATCH, budget - count)
+            while len(received) < want:
+                try:
+                    source.drain_events(timeout=IDLE)
+                except TimeoutError:
+                    break  # the queue ran dry before its starting depth was reached
+            if not received:
                 break
-            _copy(out, message, parked=name == PARKING)
-            message.ack()
-            count += 1
+            batch, received[:] = received[:want], received[want:]
+            for message in batch:
+                confirms.publish(message, parked=name == PARKING)
+            confirms.wait()
+            batch[-1].ack(multiple=True)
+            count += len(batch)
         return count
     finally:
         try:
-            channel.close()
+            channel.close()  # unacked extras (prefetched past the budget) go back to the queue
         except Exception:  # noqa: BLE001 - the broker may have closed it already
             logger.debug("closing the source channel failed", exc_info=True)
 
 
-def _copy(out: Any, message: Any, *, parked: bool) -> None:
-    raw = message.properties or {}
-    properties = {k: raw[k] for k in _PROPERTIES if raw.get(k) is not None}
-    priority = properties.pop("priority", None)
-    content_type = properties.pop("content_type", None)
-    content_encoding = properties.pop("content_encoding", None)
-    headers = strip_death(message.headers or {})
-    prepared = out.prepare_message(message.body, priority, content_type, content_encoding, headers, properties)
-    exchange, routing_key = ("", PARKING) if parked else (EXCHANGE, CONTROL)
-    out.basic_publish_confirm(prepared, exchange=exchange, routing_key=routing_key, mandatory=True)
+class _Confirms:
+    """Publishes on the target channel in confirm mode, and waits for a batch's confirms."""
+
+    def __init__(self, connection: Connection, channel: Any) -> None:
+        self.connection = connection
+        self.channel = channel
+        self.published = 0
+        self.confirmed = 0
+        self.refused: list[str] = []
+        channel.confirm_select()
+        channel.events["basic_ack"].add(self._on_ack)
+        channel.events["basic_nack"].add(self._on_nack)
+        channel.events["basic_return"].add(self._on_return)
+
+    def _on_ack(self, delivery_tag: int, multiple: bool) -> None:
+        self.confirmed = max(self.confirmed, delivery_tag)
+
+    def _on_nack(self, delivery_tag: int, multiple: bool) -> None:
+        self.refused.append(f"nacked (delivery tag {delivery_tag})")
+        self.confirmed = max(self.confirmed, delivery_tag)
+
+    def _on_return(self, exc: Any, exchange: str, routing_key: str, message: Any) -> None:
+        self.refused.append(f"returned by {exchange!r}/{routing_key!r}: {getattr(exc, 'reply_text', exc)}")
+
+    def publish(self, message: Any, *, parked: bool) -> None:
+        raw = message.properties or {}
+        properties = {k: raw[k] for k in _PROPERTIES if raw.get(k) is not None}
+        priority = properties.pop("priority", None)
+        content_type = properties.pop("content_type", None)
+        content_encoding = properties.pop("content_encoding", None)
+        headers = strip_death(message.headers or {})
+        prepared = self.channel.prepare_message(
+            message.body, priority, content_type, content_encoding, headers, properties)
+        exchange, routing_key = ("", PARKING) if parked else (EXCHANGE, CONTROL)
+        # The class's publish, not a confirm_publish replacement that would wait on each message.
+        type(self.channel).basic_publish(self.channel, prepared, exchange=exchange, routing_key=routing_key,
+                                         mandatory=True)
+        self.published += 1
+
+    def wait(self, timeout: float = 60.0) -> None:
+        """Wait until the target confirmed everything published so far.
+
+        Raises:
+            LadderError: the target refused (nacked or returned) a message, or did not
+                confirm in ``timeout`` seconds; the batch stays unacked on the source.
+        """
+        deadline = time.monotonic() + timeout
+        while self.confirmed < self.published:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise LadderError(f"the target did not confirm {self.published - self.confirmed} message(s) "
+                                  f"within {timeout:g}s; they stay on the source")
+            try:
+                self.connection.drain_events(timeout=min(remaining, 1.0))
+            except TimeoutError:
+                continue
+        if self.refused:
+            raise LadderError(f"the target refused messages ({'; '.join(self.refused[:3])}); "
+                              "that batch stays on the source")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
