@@ -21,12 +21,13 @@ from kombu.transport import pyamqp, virtual
 from kombu.transport.base import to_rabbitmq_queue_arguments
 
 from .declarations import token
+from .frames import Confirm, Delivery, Return
 from .wire import body_bytes, client_body, round_trip_properties
 
 if TYPE_CHECKING:
     from .transport import Transport
 
-__all__ = ["Channel", "Confirm"]
+__all__ = ["Channel"]
 
 logger = logging.getLogger(__name__)
 
@@ -49,37 +50,6 @@ def _channel_op(method: Callable[..., Any]) -> Callable[..., Any]:
     wrapper.__name__ = method.__name__
     wrapper.__doc__ = method.__doc__
     return wrapper
-
-
-class _Delivery:
-    __slots__ = ("channel", "generation", "consumer_tag", "delivery_tag", "message")
-
-    def __init__(self, channel: "Channel", consumer_tag: str, delivery_tag: int, message: Any) -> None:
-        self.channel, self.generation = channel, channel.generation
-        self.consumer_tag, self.delivery_tag, self.message = consumer_tag, delivery_tag, message
-
-    def fire(self) -> None:
-        self.channel._on_delivery(self)
-
-
-class Confirm:
-    __slots__ = ("channel", "generation", "seq", "multiple", "ack")
-
-    def __init__(self, channel: "Channel", seq: int, ack: bool) -> None:
-        self.channel, self.generation, self.seq, self.multiple, self.ack = channel, channel.generation, seq, False, ack
-
-    def fire(self) -> None:
-        self.channel._on_confirm(self)
-
-
-class _Return:
-    __slots__ = ("channel", "generation", "args")
-
-    def __init__(self, channel: "Channel", *args: Any) -> None:
-        self.channel, self.generation, self.args = channel, channel.generation, args
-
-    def fire(self) -> None:
-        self.channel._on_return(self)
 
 
 class Channel(virtual.Channel):
@@ -128,14 +98,14 @@ class Channel(virtual.Channel):
         return self._delivery_tag
 
     def post_delivery(self, consumer_tag: str, delivery_tag: int, message: Any) -> None:
-        self.connection.post(_Delivery(self, consumer_tag, delivery_tag, message))
+        self.connection.post(Delivery(self, consumer_tag, delivery_tag, message))
 
     def post_confirm(self, seq: int, ack: bool) -> None:
         self.connection.post(Confirm(self, seq, ack))
 
     def post_return(self, code: int, text: str, exchange: str, routing_key: str, body: bytes,
                     properties: dict[str, Any]) -> None:
-        self.connection.post(_Return(self, code, text, exchange, routing_key, body, properties))
+        self.connection.post(Return(self, code, text, exchange, routing_key, body, properties))
 
     # -- events, run by drain_events in the consuming thread ------------------------
 
@@ -143,7 +113,7 @@ class Channel(virtual.Channel):
         properties = round_trip_properties(properties)
         return AmqpMessage(client_body(body, properties), channel=self, **properties)
 
-    def _on_delivery(self, event: _Delivery) -> None:
+    def _on_delivery(self, event: Delivery) -> None:
         if self.closed or event.generation != self.generation:
             return  # the channel was closed or reset since: the message went back to its queue
         stored = event.message
@@ -169,7 +139,7 @@ class Channel(virtual.Channel):
         for handler in list(self.events["basic_ack" if event.ack else "basic_nack"]):
             handler(event.seq, event.multiple)
 
-    def _on_return(self, event: _Return) -> None:
+    def _on_return(self, event: Return) -> None:
         if event.generation != self.generation:
             return
         code, text, exchange, routing_key, body, properties = event.args

@@ -12,7 +12,8 @@ import amqp
 from amqp.exceptions import RecoverableConnectionError
 from kombu.transport import virtual
 
-from .channel import Channel, Confirm
+from .channel import Channel
+from .frames import Confirm
 from .registry import lookup
 
 __all__ = ["Transport", "Channel", "SCHEME"]
