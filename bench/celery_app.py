@@ -29,8 +29,11 @@ MODES = ("vanilla", "ladder", "native")
 QUEUE = "bench"
 
 
-def make_app(mode: str, broker: str, out: str) -> Celery:
-    """Return a Celery app for ``mode`` whose ``bench.record`` task appends ``i due_ms start_ms`` to ``out``."""
+def make_app(mode: str, broker: str, out: str, *, relay: bool = True) -> Celery:
+    """Return a Celery app for ``mode`` whose ``bench.record`` task appends ``i due_ms start_ms`` to ``out``.
+
+    With ``relay=False`` a ladder worker runs no relay (``ladder_relay=False``): one runs elsewhere.
+    """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     app = Celery(f"ladder_bench_{mode}", broker=broker, set_as_current=False)
@@ -56,6 +59,7 @@ def make_app(mode: str, broker: str, out: str) -> Celery:
         import celery_ladder
 
         celery_ladder.install(app)
+        app.conf.ladder_relay = relay
 
     @app.task(name="bench.record", shared=False)
     def record(i: int, due_ms: float) -> None:
@@ -69,13 +73,14 @@ def make_app(mode: str, broker: str, out: str) -> Celery:
 class Worker:
     """A ``celery worker`` child process for one mode, in the given vhost."""
 
-    def __init__(self, url: str, mode: str, out: str, *, concurrency: int = 2) -> None:
+    def __init__(self, url: str, mode: str, out: str, *, concurrency: int = 2, relay: bool = True) -> None:
         self.mode = mode
         self.log = tempfile.NamedTemporaryFile(prefix=f"ladder-bench-worker-{mode}-", suffix=".log", delete=False)
         argv = [sys.executable, "-m", "celery", "-A", "bench.celery_app:app", "worker", "-P", "prefork",
                 "-c", str(concurrency), "-Q", QUEUE, "-l", "WARNING", "--without-gossip", "--without-mingle",
                 "--without-heartbeat", "-n", f"bench-{mode}-{os.getpid()}@%h"]
-        env = {"LADDER_BENCH_MODE": mode, "LADDER_BENCH_BROKER": url, "LADDER_BENCH_OUT": out}
+        env = {"LADDER_BENCH_MODE": mode, "LADDER_BENCH_BROKER": url, "LADDER_BENCH_OUT": out,
+               "LADDER_BENCH_RELAY": "1" if relay else "0"}
         self.child = Child(argv, env=env, stdout=self.log, stderr=self.log)
 
     @property
@@ -135,4 +140,5 @@ app = make_app(
     os.environ.get("LADDER_BENCH_MODE", "vanilla"),
     os.environ.get("LADDER_BENCH_BROKER", "amqp://guest:guest@127.0.0.1:5672//"),
     os.environ.get("LADDER_BENCH_OUT", os.devnull),
+    relay=os.environ.get("LADDER_BENCH_RELAY", "1") != "0",
 )

@@ -73,12 +73,21 @@ def reading(results: dict[str, Any]) -> list[str]:
             f"(1 s) remains, so kombu consumers see it up to a second early ({b['early']} of {b['arrived']} were; "
             f"earliest {ms(b['min'])} ms). A consumer that needs the exact time must hold the residual itself, as "
             f"Celery's worker does.")
+    d2 = _s(results, "d2")
     if c and d and e:
         out.append(
             f"- **For Celery, start precision is the worker's, whatever carries the wait.** The task keeps its `eta`, "
-            f"so the worker absorbs the sub-second residual: p99 {ms(c['p99'])} ms (vanilla), {ms(d['p99'])} ms "
-            f"(ladder), {ms(e['p99'])} ms (native delayed delivery). Differences of a few milliseconds between "
-            f"these are within this machine's noise.")
+            f"so the worker's timer absorbs the sub-second residual and no mechanism started a task early "
+            f"({c['early']}, {d['early']} and {e['early']} early): p50 {ms(c['p50'])} / {ms(d['p50'])} / "
+            f"{ms(e['p50'])} ms and p99 {ms(c['p99'])} / {ms(d['p99'])} / {ms(e['p99'])} ms for vanilla / ladder / "
+            f"native. The tails are the worker process being scheduled late on a loaded two-core machine; they "
+            f"move by tens of milliseconds from run to run.")
+        if d2:
+            out.append(
+                f"- **Where the relay runs matters for the tail.** With the relay in a process of its own "
+                f"(`ladder_relay = False` in the worker, `python -m kombu_ladder relay` beside it) the ladder's p99 "
+                f"was {ms(d2['p99'])} ms against {ms(d['p99'])} ms with the bootstep, which shares the consumer's "
+                f"event loop with the ETA timers.")
         if c.get("still_waiting_after_s") is not None or c["late_1s"]:
             out.append(
                 f"- **Vanilla ETA falls behind as the backlog grows.** The worker must pull every ETA task into memory "
