@@ -151,3 +151,29 @@ def test_celery_ladder_relay_runs_until_sigterm(broker_url: str, pool_worker: Wo
         out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0, out
     assert "relay stopped" in out
+
+
+def test_two_workers_make_competing_relays_without_duplicates(broker_url: str, publisher: Any,
+                                                             pool_worker: Worker,
+                                                             tmp_path_factory: pytest.TempPathFactory) -> None:
+    second = Worker(broker_url, tmp_path_factory.mktemp("second-worker"))
+    workers = [pool_worker.hostname, second.hostname]
+
+    def counters() -> dict[str, dict[str, Any]]:
+        replies = publisher.control.broadcast("ladder", reply=True, timeout=2, limit=2, destination=workers)
+        return {host: c for reply in replies for host, c in reply.items()}
+
+    try:
+        wait_for(lambda: counters().get(second.hostname, {}).get("relay") is True, timeout=60, interval=0.5,
+                 message="the second worker's relay")
+        before = counters()
+        when = publisher.tasks["poolapp.when"]
+        results = [when.apply_async(countdown=1.5 + (i % 10) * 0.3, queue=POOL_QUEUE) for i in range(40)]
+        for result in results:
+            result.get(timeout=30)
+        after = counters()
+    finally:
+        assert second.stop() == 0, second.output()
+    delivered = {host: after[host]["delivered"] - before[host]["delivered"] for host in workers}
+    assert sum(delivered.values()) == len(results), f"each task is delivered exactly once: {delivered}"
+    assert all(n > 0 for n in delivered.values()), f"both relays take part: {delivered}"
