@@ -175,8 +175,9 @@ class RelayCore:
             self._publish(_Pending(message, "deliver", decision.exchange, decision.routing_key, _body_of(message)),
                           decision.headers, decision.properties, mandatory=True)
         elif isinstance(decision, Hop):
+            # Mandatory too: a hop into a rung deleted under the relay is returned and parked, not lost.
             self._publish(_Pending(message, "hop", EXCHANGE, decision.queue, _body_of(message)),
-                          decision.headers, decision.properties, mandatory=False)
+                          decision.headers, decision.properties, mandatory=True)
         else:
             if decision.reason.startswith("malformed"):
                 self.counters.malformed += 1
@@ -236,7 +237,7 @@ class RelayCore:
     def _on_return(self, exc: Any, exchange: str, routing_key: str, message: Any) -> None:
         body = getattr(message, "body", None)
         for seq, entry in self._pending.items():
-            if (entry.kind == "deliver" and not entry.returned and not entry.confirmed
+            if (entry.kind in ("deliver", "hop") and not entry.returned and not entry.confirmed
                     and entry.exchange == exchange and entry.routing_key == routing_key
                     and entry.body == body):
                 entry.returned = True
@@ -260,11 +261,15 @@ class RelayCore:
         raw = dict(getattr(message, "properties", None) or {})
         headers = dict(raw.pop("application_headers", None) or {})
         properties = {k: raw[k] for k in _PROPERTY_NAMES if raw.get(k) is not None}
+        reason = (f"unroutable: {getattr(exc, 'reply_text', exc)} "
+                  f"(exchange={exchange!r}, routing_key={routing_key!r})")
+        if exchange == EXCHANGE:  # a hop into a missing rung: its x-schedule-* headers are intact
+            self.counters.hops -= 1
+            self._park(None, Park(reason), headers, properties, body=message.body)
+            return
         headers = scheduled_headers(headers, exchange=exchange, routing_key=routing_key,
                                     due_at=int(self.clock() * 1000),
                                     content_type=properties.get("content_type"))
-        reason = (f"unroutable: {getattr(exc, 'reply_text', exc)} "
-                  f"(exchange={exchange!r}, routing_key={routing_key!r})")
         self.counters.delivered -= 1  # it was counted when its confirm came first
         self._park(None, Park(reason), headers, properties, body=message.body)
 
