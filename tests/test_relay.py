@@ -204,3 +204,25 @@ def test_a_compressed_message_is_delivered_decodable(ladder_backend: Any) -> Non
         [message] = [m for _, _, m in Arrivals(ladder_backend, conn, "t.zlib").wait(1, timeout=20)]
         assert message.headers == {"compression": "application/x-gzip"}
         assert message.decode() == {"big": "x" * 5000}
+
+
+def test_a_hop_into_a_deleted_rung_is_parked_not_lost(ladder_backend: Any) -> None:
+    with ladder_backend.connection() as conn, Scheduler.on(conn, clock=ladder_backend.clock) as sched:
+        channel = conn.channel()
+        channel.queue_delete(queue="acemq.schedule.1s")  # an operator's mistake, while the relay runs
+        channel.close()
+        due = int(ladder_backend.clock() * 1000) + 1500
+        Producer(conn.default_channel).publish(
+            b"hop", exchange="", routing_key="acemq.schedule.due",
+            headers={"x-schedule-exchange": "", "x-schedule-routing-key": "t.hop",
+                     "x-schedule-due-at": due, "x-schedule-content-type": "text/plain"},
+        )
+        ladder_backend.wait_until(lambda: sched.parked == 1, 20, "the returned hop parked")
+        [message] = parked(conn)
+        assert message.body == b"hop"
+        assert message.headers["x-ladder-parked-reason"].startswith("unroutable:")
+        assert "acemq.schedule.1s" in message.headers["x-ladder-parked-reason"]
+        assert message.headers["x-schedule-due-at"] == due  # kept, so it can be replayed
+        assert (sched.hops, sched.delivered, sched.malformed) == (0, 0, 0)
+    with ladder_backend.connection() as conn:
+        assert depth(conn, "acemq.schedule.due") == 0
