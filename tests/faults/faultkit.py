@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import collections
+import os
 import random
+import signal
+import subprocess
+import sys
 import threading
 import time
+import uuid
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 from kombu import Connection, Consumer, Queue
@@ -13,7 +19,8 @@ from kombu import Connection, Consumer, Queue
 from kombu_ladder import Scheduler
 from kombu_ladder.contract import CONTROL, rung_names
 
-__all__ = ["Collector", "publish_numbered", "random_delays", "ladder_depth", "wait_until"]
+__all__ = ["Collector", "WorkerProcess", "publish_numbered", "random_delays", "ladder_depth", "queue_messages",
+           "run_figures", "wait_until"]
 
 
 class Collector:
@@ -112,3 +119,79 @@ def wait_until(condition: Callable[[], object], timeout: float, message: str,
             extra = on_timeout() if on_timeout else ""
             raise AssertionError(f"timed out after {timeout:g}s waiting for {message}\n{extra}")
         time.sleep(0.2)
+
+
+class WorkerProcess:
+    """A ``celery -A faultapp worker`` subprocess (threads pool) that records each task run in a file."""
+
+    def __init__(self, broker_url: str, workdir: Path, *, vanilla: bool = False, name: str = "w") -> None:
+        self.broker_url = broker_url
+        self.workdir = workdir
+        self.vanilla = vanilla
+        self.name = name
+        self.runs_file = workdir / f"{name}-runs.txt"
+        self.runs_file.touch()
+        self.proc: Optional[subprocess.Popen[bytes]] = None
+        self.starts = 0
+
+    def log_path(self, start: int) -> Path:
+        return self.workdir / f"{self.name}-worker-{start}.log"
+
+    def start(self, *, wait: bool = True) -> None:
+        self.starts += 1
+        root = Path(__file__).resolve().parents[2]
+        env = dict(os.environ, LADDER_FAULT_BROKER=self.broker_url, LADDER_FAULT_RUNS=str(self.runs_file),
+                   LADDER_FAULT_VANILLA="1" if self.vanilla else "0",
+                   PYTHONPATH=os.pathsep.join([str(Path(__file__).parent / "apps"), str(root)]))
+        with open(self.log_path(self.starts), "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "celery", "-A", "faultapp", "worker", "-P", "threads", "-c", "8",
+                 "-l", "INFO", "--without-gossip", "--without-mingle", "--without-heartbeat",
+                 "-n", f"{self.name}-{uuid.uuid4().hex[:6]}@%h"],
+                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=root,
+            )
+        if wait:
+            wait_until(lambda: " ready." in self.log_path(self.starts).read_text(errors="replace")
+                       or not self.alive(), 60, "the worker to be ready", self.log)
+            assert self.alive(), self.log()
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log(self) -> str:
+        return "\n".join(self.log_path(n).read_text(errors="replace") for n in range(1, self.starts + 1))
+
+    def runs(self) -> collections.Counter[int]:
+        """How many times each task number has run so far."""
+        text = self.runs_file.read_text()
+        return collections.Counter(int(line) for line in text.splitlines() if line.strip())
+
+
+def run_figures(runs: collections.Counter[int], sent: int) -> dict[str, int]:
+    """Sent, delivered (distinct task runs), duplicated (extra runs) and lost, from run counts."""
+    lost = sum(1 for n in range(sent) if n not in runs)
+    return {"sent": sent, "delivered": len(runs), "duplicated": sum(runs.values()) - len(runs), "lost": lost}
+
+
+def queue_messages(node_ctl: Callable[..., str], vhost: str, queue: str) -> int:
+    """Messages (ready and unacked) in ``queue``, or 0 when it does not exist."""
+    out = node_ctl("list_queues", "-p", vhost, "name", "messages", "--no-table-headers")
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == queue:
+            return int(parts[1])
+    return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 import time
 from typing import Any
 
@@ -31,17 +32,22 @@ def test_relay_killed_twice_loses_nothing(private_node: PrivateNode, fault_vhost
         declare(conn)
         Queue(TARGET, durable=True)(conn.default_channel).declare()
     relay_process.start()
-    kills = sorted(rng.uniform(3.0, 14.0) for _ in range(2))
+    first = rng.uniform(3.0, 10.0)
+    kills = [first, first + rng.uniform(4.0, 10.0)]  # while messages are still being sent, and after
     with Collector(fault_url, TARGET) as collector:
         started = time.monotonic()
-        publish_numbered(fault_url, SENT, random_delays(1.0, 15.0, seed), queue=TARGET)
-        published_in = time.monotonic() - started
+        publisher = threading.Thread(target=publish_numbered, daemon=True,
+                                     args=(fault_url, SENT, random_delays(1.0, 15.0, seed)),
+                                     kwargs={"queue": TARGET})
+        publisher.start()
         for at in kills:
             time.sleep(max(0.0, started + at - time.monotonic()))
             assert relay_process.alive(), relay_process.log()
             relay_process.kill9()
             time.sleep(rng.uniform(0.2, 2.0))
             relay_process.start()
+        publisher.join(120)
+        published_in = time.monotonic() - started
 
         def settled() -> bool:
             return (collector.unique == SENT and ladder_depth(private_node.ctl, fault_vhost) == 0
