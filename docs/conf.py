@@ -31,6 +31,7 @@ templates_path: list[str] = []
 
 html_theme = "sphinx_celery"
 html_static_path = ["_static"]
+html_css_files = ["ladder.css"]
 html_title = f"ladder {release}"
 html_show_sphinx = False
 html_sidebars = {
