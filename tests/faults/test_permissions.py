@@ -1,0 +1,90 @@
+"""A producer and a relay running as users with exactly the documented minimal permissions."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Iterator
+
+import amqp
+import pytest
+from kombu import Connection, Exchange, Queue
+
+from kombu_ladder import LadderProducer
+from kombu_ladder.contract import PARKING
+from kombu_ladder.parking import parked_reasons
+from kombu_ladder.permissions import operator, producer, relay
+
+from .conftest import PrivateNode, RelayProcess
+from .faultkit import wait_until
+
+pytestmark = pytest.mark.broker
+
+BILLING = "billing"
+OTHER = "other"
+
+
+@pytest.fixture
+def users(private_node: PrivateNode, fault_vhost: str) -> Iterator[dict[str, str]]:
+    """A producer, a relay and an operator user on the test vhost, each with its minimal permissions."""
+    suffix = uuid.uuid4().hex[:6]
+    roles = {"producer": producer([BILLING, OTHER]), "relay": relay([BILLING]), "operator": operator([BILLING])}
+    names = {}
+    for role, perms in roles.items():
+        user = f"ladder-{role}-{suffix}"
+        private_node.ctl("add_user", user, "secret")
+        private_node.ctl("set_permissions", "-p", fault_vhost, user, *perms.as_args())
+        names[role] = user
+    try:
+        yield names
+    finally:
+        for user in names.values():
+            private_node.ctl("delete_user", user, check=False)
+
+
+def depth(conn: Connection, queue: str) -> int:
+    channel = conn.channel()
+    try:
+        return int(channel.queue_declare(queue, passive=True)[1])
+    finally:
+        channel.close()
+
+
+def test_minimal_permissions_are_enough(private_node: PrivateNode, fault_vhost: str, fault_url: str,
+                                        users: dict[str, str], tmp_path: Any, report: dict[str, Any]) -> None:
+    with Connection(fault_url) as admin:  # the application's own topology, declared by its owner
+        for name in (BILLING, OTHER):
+            exchange = Exchange(name, type="direct", durable=True)
+            exchange(admin.default_channel).declare()
+            Queue(f"{name}.q", exchange, routing_key="invoice.due", durable=True)(admin.default_channel).declare()
+
+    relay_process = RelayProcess(private_node.url(fault_vhost, users["relay"], "secret"), tmp_path,
+                                 "--allow-exchange", BILLING)
+    relay_process.start()
+    try:
+        with Connection(private_node.url(fault_vhost, users["producer"], "secret")) as conn:
+            ladder = LadderProducer(conn.default_channel, serializer="json")
+            for n in range(10):
+                ladder.publish({"n": n}, exchange=BILLING, routing_key="invoice.due", countdown=1.5 + n / 10)
+            for n in range(2):  # the producer may schedule for "other"; the relay may not deliver there
+                ladder.publish({"n": n}, exchange=OTHER, routing_key="invoice.due", countdown=1.2)
+        with Connection(fault_url) as admin:
+            wait_until(lambda: depth(admin, f"{BILLING}.q") == 10 and depth(admin, PARKING) == 2, 30,
+                       "deliveries to billing and two refusals parked", lambda: relay_process.log()[-3000:])
+            assert depth(admin, f"{OTHER}.q") == 0
+        assert relay_process.alive(), relay_process.log()[-3000:]
+        assert "ACCESS_REFUSED" not in relay_process.log()
+
+        # The operator role can read why they were parked.
+        with Connection(private_node.url(fault_vhost, users["operator"], "secret")) as conn:
+            reasons = dict(parked_reasons(conn))
+        assert reasons and all(r.startswith("refused: target exchange 'other'") for r in reasons)
+    finally:
+        relay_process.stop()
+
+    # The permissions are really that narrow: the relay's user cannot publish to "other" itself.
+    with Connection(private_node.url(fault_vhost, users["relay"], "secret")) as conn:
+        channel = conn.channel()
+        with pytest.raises(amqp.exceptions.AccessRefused):
+            channel.basic_publish(amqp.Message(b"x"), exchange=OTHER, routing_key="invoice.due")
+            channel.queue_declare(f"{OTHER}.q", passive=True)  # a round trip, to receive the error
+    report.update(sent=12, delivered=10, refused_and_parked=2, lost=0)
