@@ -1,4 +1,4 @@
-"""Celery quickstart: countdown= and eta= wait in RabbitMQ's ladder, not in the worker's memory.
+"""Celery quickstart: countdown= and eta= wait in RabbitMQ, not in a worker.
 
 Start a worker (the relay runs inside it), then send a task::
 
@@ -22,7 +22,8 @@ app = Celery(
     broker=os.environ.get("BROKER_URL", "amqp://guest:guest@localhost//"),
     backend="rpc://",
 )
-celery_ladder.install(app)  # apply_async(countdown=/eta=) and retry(countdown=) now go via the ladder
+# apply_async(countdown=/eta=) and retry(countdown=) now go via the ladder.
+celery_ladder.install(app)
 
 
 @app.task

@@ -1,11 +1,11 @@
-"""Kombu quickstart: ``LadderProducer`` is a ``kombu.Producer`` whose publish takes countdown= and eta=.
+"""Kombu quickstart: LadderProducer, a kombu.Producer with countdown= and eta=.
 
 Run it with RabbitMQ on localhost (or give a broker URL)::
 
     python examples/kombu_producer.py [amqp://guest:guest@localhost//]
 
-In production the relay is a process of its own (``kombu-ladder relay --broker URL``,
-or the Celery workers); here it runs in a thread so that the script is self-contained.
+In production the relay is a process of its own (``kombu-ladder relay``, or
+the Celery workers); here it runs in a thread to keep the script whole.
 """
 
 from __future__ import annotations
@@ -23,21 +23,23 @@ invoices = Queue("invoices", billing, routing_key="invoice.due")
 
 
 def main(broker_url: str = "amqp://guest:guest@localhost//") -> list[dict]:
-    """Publish two invoices for later through the ladder; return them in arrival order."""
+    """Publish three invoices, two for later; return them in arrival order."""
     with Connection(broker_url) as conn:
-        queue = conn.SimpleQueue(invoices)          # declares billing and invoices
+        queue = conn.SimpleQueue(invoices)  # declares billing and invoices
 
-        relay = Relay(conn.clone())                 # kombu-ladder relay, in a thread
+        relay = Relay(conn.clone())  # what `kombu-ladder relay` runs
         thread = threading.Thread(target=relay.run, daemon=True)
         thread.start()
         relay.ready.wait(30)
 
         producer = LadderProducer(conn.default_channel, serializer="json")
-        producer.publish({"invoice": 42}, exchange=billing, routing_key="invoice.due",
-                         countdown=5)
-        producer.publish({"invoice": 43}, exchange=billing, routing_key="invoice.due",
-                         eta=datetime.now(timezone.utc) + timedelta(seconds=2))
-        producer.publish({"invoice": 44}, exchange=billing, routing_key="invoice.due")  # now
+        producer.publish({"invoice": 42}, exchange=billing,
+                         routing_key="invoice.due", countdown=5)
+        in_2s = datetime.now(timezone.utc) + timedelta(seconds=2)
+        producer.publish({"invoice": 43}, exchange=billing,
+                         routing_key="invoice.due", eta=in_2s)
+        producer.publish({"invoice": 44}, exchange=billing,
+                         routing_key="invoice.due")  # no delay: as usual
 
         arrived = []
         for _ in range(3):

@@ -1,4 +1,4 @@
-"""The example project; importing it makes its Celery app the current one (Celery's Django layout)."""
+"""The example project: importing it makes its Celery app the current one."""
 
 from .celery import app as celery_app
 

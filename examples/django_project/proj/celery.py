@@ -1,4 +1,4 @@
-"""The project's Celery app, configured from Django's settings (CELERY_* names)."""
+"""The project's Celery app, configured from Django's CELERY_* settings."""
 
 import os
 

@@ -1,4 +1,4 @@
-"""Settings of the ladder example project: the ladder is one app and one toggle."""
+"""Settings of the example project: the ladder is one app and one toggle."""
 
 import os
 
@@ -12,10 +12,12 @@ INSTALLED_APPS = [
     "celery_ladder.django",  # installs the ladder on the project's Celery app
 ]
 
-CELERY_BROKER_URL = os.environ.get("BROKER_URL", "amqp://guest:guest@localhost//")
+CELERY_BROKER_URL = os.environ.get("BROKER_URL",
+                                   "amqp://guest:guest@localhost//")
 
-# The toggle: True sends countdown/eta tasks through the ladder; False is Celery's own path.
-# Strings such as "true"/"false" (from the environment) are accepted; anything else stops Django.
+# The toggle: True sends countdown/eta tasks through the ladder; False is
+# Celery's own path. Strings such as "true"/"false" (from the environment)
+# are accepted; any other value stops Django with a ValueError.
 CELERY_LADDER_ENABLED = os.environ.get("LADDER_ENABLED", "true")
 # Run the relay inside this project's workers (the default).
 CELERY_LADDER_RELAY = True
