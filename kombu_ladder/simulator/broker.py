@@ -16,7 +16,7 @@ from .clock import VirtualClock
 from .core import BrokerCore
 from .registry import install_scheme, register, unique_name
 from .transport import SCHEME
-from .wire import client_body, round_trip_properties
+from .wire import client_body, copy_decoded
 
 __all__ = ["SimulatedBroker", "Arrival", "SimulatorStalled"]
 
@@ -221,7 +221,7 @@ class SimulatedBroker(BrokerCore):
 
 
 def _snapshot(stored: Any) -> Any:
-    properties = round_trip_properties(stored.properties)
+    properties = copy_decoded(stored.properties)
     raw = AmqpMessage(client_body(stored.body, properties), **properties)
     raw.delivery_info = {"delivery_tag": None, "redelivered": stored.redelivered,
                          "exchange": stored.exchange, "routing_key": stored.routing_key}

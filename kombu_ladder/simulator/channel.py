@@ -22,7 +22,7 @@ from kombu.transport.base import to_rabbitmq_queue_arguments
 
 from .declarations import token
 from .frames import Confirm, Delivery, Return
-from .wire import body_bytes, client_body, round_trip_properties
+from .wire import body_bytes, client_body, copy_decoded
 
 if TYPE_CHECKING:
     from .transport import Transport
@@ -110,7 +110,7 @@ class Channel(virtual.Channel):
     # -- events, run by drain_events in the consuming thread ------------------------
 
     def _raw(self, body: bytes, properties: dict[str, Any]) -> AmqpMessage:
-        properties = round_trip_properties(properties)
+        properties = copy_decoded(properties)
         return AmqpMessage(client_body(body, properties), channel=self, **properties)
 
     def _on_delivery(self, event: Delivery) -> None:

@@ -266,8 +266,7 @@ class BrokerCore(Declarations):
         properties["application_headers"] = dead_letter_headers(
             properties.get("application_headers"), queue=queue.name, reason=reason, exchange=message.exchange,
             routing_keys=[message.routing_key], now_ms=self.clock.ms, original_expiration=expiration)
-        properties = round_trip_properties(properties)
-        headers = properties["application_headers"]
+        headers = properties["application_headers"]  # already what a consumer decodes: no round trip
         self.stats["dead_lettered"] += 1
         for routing_key in keys:
             for target in self._route(exchange, routing_key, headers):

@@ -7,7 +7,7 @@ from typing import Any, Mapping, Optional, Union
 from amqp.basic_message import Message as AmqpMessage
 from amqp.serialization import _read_item, _write_table, decode_properties_basic
 
-__all__ = ["PROPERTY_NAMES", "round_trip_properties", "round_trip_table", "body_bytes", "client_body"]
+__all__ = ["PROPERTY_NAMES", "round_trip_properties", "round_trip_table", "copy_decoded", "body_bytes", "client_body"]
 
 #: The AMQP basic properties, in py-amqp's order.
 PROPERTY_NAMES: tuple[str, ...] = tuple(name for name, _ in AmqpMessage.PROPERTIES)
@@ -25,6 +25,19 @@ def round_trip_properties(properties: Mapping[str, Any]) -> dict[str, Any]:
     raw = AmqpMessage(**known)._serialize_properties()
     decoded, _ = decode_properties_basic(raw, 0)
     return decoded
+
+
+def copy_decoded(value: Any) -> Any:
+    """Return an independent copy of what :func:`round_trip_properties` returned.
+
+    Decoded values are only tables, arrays and immutable scalars, so copying
+    the containers is enough; much cheaper than another round trip.
+    """
+    if isinstance(value, dict):
+        return {k: copy_decoded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [copy_decoded(v) for v in value]
+    return value
 
 
 def round_trip_table(table: Optional[Mapping[str, Any]]) -> dict[str, Any]:
