@@ -103,3 +103,16 @@ def test_make_diagrams_reproduces_the_committed_svg(tmp_path: Path) -> None:
         return re.findall(r"<text[^>]*>([^<]*)</text>", svg)
 
     assert shapes(out.read_text()) == shapes((DOCS / "_static" / "ladder.svg").read_text())
+
+
+def test_the_version_lives_in_one_place_and_the_changelog_has_it() -> None:
+    from kombu_ladder import __version__
+
+    assert "version = attr: kombu_ladder.__version__" in (ROOT / "setup.cfg").read_text()
+    assert f"## [{__version__}]" in (ROOT / "CHANGELOG.md").read_text()
+
+
+@pytest.mark.parametrize("package", ["kombu_ladder", "celery_ladder"])
+def test_both_packages_ship_py_typed(package: str) -> None:
+    assert (ROOT / package / "py.typed").is_file()
+    assert re.search(rf"^\s*{package} = py\.typed$", (ROOT / "setup.cfg").read_text(), re.M)
