@@ -76,10 +76,12 @@ class LadderProducerMixin:
         params = dict(bound.arguments)
         params.pop("self")
         properties = params.pop("properties")
-        due = due_at_ms(self.clock(), countdown=countdown, eta=eta)
-        return self._publish_delayed(due, params, properties)
+        now = self.clock()  # one reading: countdown=3600 waits in the 1 h rung, not a ms short of it
+        due = due_at_ms(now, countdown=countdown, eta=eta)
+        return self._publish_delayed(due, params, properties, now_ms=int(now * 1000))
 
-    def _publish_delayed(self, due: int, params: dict[str, Any], properties: dict[str, Any]) -> Any:
+    def _publish_delayed(self, due: int, params: dict[str, Any], properties: dict[str, Any],
+                         *, now_ms: Optional[int] = None) -> Any:
         exchange = target_name(params["exchange"] if params["exchange"] is not None else self.exchange)  # type: ignore[attr-defined]
         routing_key = params["routing_key"]
         if routing_key is None:
@@ -105,7 +107,7 @@ class LadderProducerMixin:
             "timeout": params["timeout"],
             "confirm_timeout": params["confirm_timeout"],
         }
-        rung = place(due, int(self.clock() * 1000))
+        rung = place(due, int(self.clock() * 1000) if now_ms is None else now_ms)
         if rung is None:
             return super().publish(  # type: ignore[misc]
                 body, routing_key, exchange=exchange, headers=headers,
