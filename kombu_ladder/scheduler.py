@@ -168,8 +168,10 @@ class Scheduler:
             raise TypeError(f"routing_key must be a str, not {type(routing_key).__name__}")
         if not isinstance(exchange, str):
             raise TypeError(f"exchange must be a str, not {type(exchange).__name__}")
-        self._producer.publish(payload, routing_key=routing_key, exchange=exchange, **kwargs)
+        # One publish at a time: a py-amqp channel is not thread-safe, and each publish
+        # waits for its confirm (concurrent callers hung, each reading the other's frames).
         with self._lock:
+            self._producer.publish(payload, routing_key=routing_key, exchange=exchange, **kwargs)
             self._scheduled += 1
 
     # -- counters -----------------------------------------------------------
