@@ -68,6 +68,12 @@ def test_due_now_delivers_at_once_without_a_relay(ladder_backend: Any, when: dic
         (90, "acemq.schedule.1m"),
         (timedelta(minutes=12), "acemq.schedule.10m"),
         (4 * 3600, "acemq.schedule.1h"),
+        # Exactly a rung's length waits in that rung (one clock reading, not a millisecond short of it).
+        (3600, "acemq.schedule.1h"),
+        (600, "acemq.schedule.10m"),
+        (60, "acemq.schedule.1m"),
+        (10, "acemq.schedule.10s"),
+        (1, "acemq.schedule.1s"),
     ],
 )
 def test_delayed_publish_waits_in_the_right_rung_with_the_contract_headers(

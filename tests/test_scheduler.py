@@ -18,7 +18,7 @@ def test_counters_and_str(ladder_backend: Any) -> None:
         declare_target(conn, "t.counters")
         assert str(sched) == "Scheduler{rungs=1h, 10m, 1m, 10s, 1s, scheduled=0, delivered=0}"
         sched.in_(1.2, b"soon", routing_key="t.counters")
-        sched.in_(3600, b"later", routing_key="t.counters")
+        sched.in_(3700, b"later", routing_key="t.counters")
         sched.at(datetime.fromtimestamp(ladder_backend.clock() + 7200, timezone.utc), b"much later",
                  routing_key="t.counters")
         assert sched.scheduled == 3
@@ -28,6 +28,28 @@ def test_counters_and_str(ladder_backend: Any) -> None:
         assert (sched.hops, sched.malformed, sched.parked) == (0, 0, 0)
         assert get(conn, "t.counters").body == b"soon"
         assert depth(conn, "acemq.schedule.1h") == 2
+
+
+def test_scheduler_is_safe_to_share_between_threads(ladder_backend: Any) -> None:
+    with ladder_backend.connection() as conn, Scheduler.on(conn, relay=False, clock=ladder_backend.clock) as sched:
+        errors: list[BaseException] = []
+
+        def work(n: int) -> None:
+            try:
+                for i in range(25):
+                    sched.in_(3600, f"{n}-{i}".encode(), routing_key="t.threads")
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        assert not [t for t in threads if t.is_alive()], "a publishing thread hung"
+        assert errors == []
+        assert sched.scheduled == 200
+        assert depth(conn, "acemq.schedule.1h") == 200
 
 
 def test_counters_are_read_only(ladder_backend: Any) -> None:
