@@ -54,3 +54,23 @@ myst_heading_anchors = 3
 myst_enable_extensions = ["colon_fence"]
 
 todo_include_todos = False
+
+
+def _napoleon_skips_constants() -> None:
+    """Keep napoleon off ``#:`` comments on constants and attributes, and off properties.
+
+    It reads a comment such as ``#: Header: the target exchange`` as an attribute
+    of type "Header"; those comments are prose, not Google-style sections.
+    """
+    from sphinx.ext import napoleon
+
+    original = napoleon._process_docstring
+
+    def process(app, what, name, obj, options, lines):  # type: ignore[no-untyped-def]
+        if what not in ("data", "attribute", "property"):
+            original(app, what, name, obj, options, lines)
+
+    napoleon._process_docstring = process  # connected by napoleon's setup, which runs after this file
+
+
+_napoleon_skips_constants()
