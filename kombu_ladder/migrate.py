@@ -60,7 +60,7 @@ def move(source: Connection, target: Connection, *, limit: Optional[int] = None,
 
     Body, properties and application headers are copied unchanged (minus
     RabbitMQ's ``x-death`` bookkeeping). Each message is acked on ``source``
-    only after ``target`` confirmed it (in batches of :data:`BATCH`, confirms
+    only after ``target`` confirmed it (in batches of ``BATCH`` = 200, confirms
     pipelined): a crash can duplicate a message, never lose one. Each queue
     is moved up to the depth it had when its turn came, so a source that
     still has producers or a relay does not keep the move going.
