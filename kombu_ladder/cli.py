@@ -1,4 +1,4 @@
-"""``kombu-ladder declare|relay|status|replay``: operate the ladder from a shell."""
+"""``kombu-ladder declare|relay|status|replay|move``: operate the ladder from a shell."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from kombu import Connection
 from kombu.exceptions import OperationalError
 
 from .contract import CONTROL, PARKING, rung_names
+from .migrate import move
 from .parking import parked_reasons, replay
 from .relay import Relay
 from .topology import declare
@@ -70,6 +71,20 @@ def _replay(connection: Any, args: argparse.Namespace) -> int:
     return 0
 
 
+def _move(connection: Any, args: argparse.Namespace) -> int:
+    with Connection(args.to, connect_timeout=5) as target:
+        try:
+            target.ensure_connection(max_retries=1)
+        except (OperationalError, *target.connection_errors) as exc:
+            print(f"kombu-ladder: cannot reach the target broker at {target.as_uri()}: {exc}", file=sys.stderr)
+            return 2
+        result = move(connection, target, limit=args.limit, include_parked=not args.keep_parked)
+    for name, count in result.moved.items():
+        print(f"{name:<26} {count:>9}")
+    print(f"moved {result.total} message(s)")
+    return 0
+
+
 def _declare(connection: Any) -> int:
     for name in declare(connection):
         print(name)
@@ -112,6 +127,10 @@ def build_parser() -> argparse.ArgumentParser:
     replay_.add_argument("--limit", type=int, default=None, metavar="N", help="replay at most N messages")
     replay_.add_argument("--match", default=None, metavar="TEXT",
                          help="replay only messages whose x-ladder-parked-reason contains TEXT")
+    move_ = sub.add_parser("move", help="move the waiting ladder to another broker (blue-green); see the docs")
+    move_.add_argument("--to", required=True, metavar="URL", help="the broker to fill (--broker is emptied)")
+    move_.add_argument("--limit", type=int, default=None, metavar="N", help="move at most N messages per queue")
+    move_.add_argument("--keep-parked", action="store_true", help="leave acemq.schedule.parked where it is")
     relay = sub.add_parser("relay", help="run a relay until SIGTERM or SIGINT")
     relay.add_argument("--prefetch", type=int, default=50, help="expired messages held at once (default: 50)")
     relay.add_argument("--report-every", type=float, default=30.0, metavar="SECONDS",
@@ -137,4 +156,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return _status(connection, args)
         if args.command == "replay":
             return _replay(connection, args)
+        if args.command == "move":
+            return _move(connection, args)
         return _relay(connection, args)
