@@ -123,3 +123,21 @@ def test_the_command_line_moves_and_reports(
     out = capsys.readouterr().out
     assert "acemq.schedule.10s" in out and "moved 1 message(s)" in out
     assert main(["--from", "amqp://guest:guest@127.0.0.1:1//", "--to", broker_url]) == 2
+
+
+def test_kombu_ladder_move_subcommand(
+    connection: Connection, broker_url: str, fresh_vhost: str,  # noqa: F811 - the fixture
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from kombu_ladder.cli import main as cli
+
+    LadderProducer(connection.default_channel).publish("y", exchange="", routing_key="q", countdown=30)
+    wait_for(lambda: depth(connection, "acemq.schedule.10s") == 1, 10, message="the publish to arrive")
+    green = vhost_url(fresh_vhost)
+    assert cli(["--broker", broker_url, "move", "--to", green]) == 0
+    assert "moved 1 message(s)" in capsys.readouterr().out
+    assert depth(connection, "acemq.schedule.10s") == 0
+    with Connection(green) as conn:
+        assert depth(conn, CONTROL) == 1
+    assert cli(["--broker", broker_url, "move", "--to", "amqp://guest:guest@127.0.0.1:1//"]) == 2
+    assert "cannot reach the target broker" in capsys.readouterr().err
