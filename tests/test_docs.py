@@ -66,7 +66,7 @@ def test_contract_page_lists_the_prefetch_and_the_maximum_delay() -> None:
 def test_configuration_reference_names_every_setting_default_and_django_name(setting: str) -> None:
     default, django_name = SETTINGS[setting]
     text = page("configuration.rst")
-    row = re.search(rf"\* - ``{setting}``\n\s+- ``{django_name}``\n\s+- ``(\w+)``", text)
+    row = re.search(rf"^``{setting}``\n\s+:Django name: ``{django_name}``\n\s+:Default: ``(\w+)``", text, re.M)
     assert row is not None, f"{setting} / {django_name} is missing from the configuration reference"
     assert row.group(1) == repr(default)
 
