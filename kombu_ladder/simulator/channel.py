@@ -53,7 +53,13 @@ def _channel_op(method: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class Channel(virtual.Channel):
-    """A channel with py-amqp's methods, signatures and event handlers (``events``)."""
+    """A channel with py-amqp's methods, signatures and event handlers (``events``).
+
+    The AMQP methods behave as py-amqp's against RabbitMQ 3.10; see the
+    broker for the rules. A channel error closes the channel on the broker
+    (consumers cancelled, unacked messages requeued) and, as py-amqp does,
+    reopens it, so the same object stays usable.
+    """
 
     Message = pyamqp.Message  # type: ignore[assignment]
 
@@ -90,21 +96,26 @@ class Channel(virtual.Channel):
     # -- hooks the broker calls (with its lock held) ----------------------------
 
     def next_publish_seq(self) -> int:
+        """Return the confirm sequence number of the next publish (1 after confirm_select)."""
         self._publish_seq += 1
         return self._publish_seq
 
     def next_delivery_tag(self) -> int:
+        """Return the next delivery tag on this channel (from 1)."""
         self._delivery_tag += 1
         return self._delivery_tag
 
     def post_delivery(self, consumer_tag: str, delivery_tag: int, message: Any) -> None:
+        """Send basic.deliver to this channel's connection."""
         self.connection.post(Delivery(self, consumer_tag, delivery_tag, message))
 
     def post_confirm(self, seq: int, ack: bool) -> None:
+        """Send basic.ack (or basic.nack) of publish ``seq``."""
         self.connection.post(Confirm(self, seq, ack))
 
     def post_return(self, code: int, text: str, exchange: str, routing_key: str, body: bytes,
                     properties: dict[str, Any]) -> None:
+        """Send basic.return of an unroutable mandatory publish."""
         self.connection.post(Return(self, code, text, exchange, routing_key, body, properties))
 
     # -- events, run by drain_events in the consuming thread ------------------------
@@ -120,7 +131,7 @@ class Channel(virtual.Channel):
         raw = self._raw(stored.body, stored.properties)
         raw.delivery_info = {
             "consumer_tag": event.consumer_tag, "delivery_tag": event.delivery_tag,
-            "redelivered": stored.redelivered, "exchange": stored.exchange, "routing_key": stored.routing_key,
+            "redelivered": event.redelivered, "exchange": stored.exchange, "routing_key": stored.routing_key,
         }
         callback = self.callbacks.get(event.consumer_tag)
         if callback is None:

@@ -10,11 +10,12 @@ __all__ = ["Delivery", "Confirm", "Return"]
 class Delivery:
     """basic.deliver: a message for one consumer."""
 
-    __slots__ = ("channel", "generation", "consumer_tag", "delivery_tag", "message")
+    __slots__ = ("channel", "generation", "consumer_tag", "delivery_tag", "message", "redelivered")
 
     def __init__(self, channel: Any, consumer_tag: str, delivery_tag: int, message: Any) -> None:
         self.channel, self.generation = channel, channel.generation
         self.consumer_tag, self.delivery_tag, self.message = consumer_tag, delivery_tag, message
+        self.redelivered = message.redelivered  #: as it was when the broker sent it
 
     def fire(self) -> None:
         """Hand the frame to its channel."""
