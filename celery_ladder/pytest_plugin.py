@@ -7,6 +7,7 @@ from typing import Any, Iterator, NamedTuple, Optional
 
 import pytest
 from celery import Celery, current_app
+from celery.utils.time import maybe_iso8601, maybe_make_aware
 from celery.worker.request import Request
 
 from kombu_ladder.simulator import SimulatedBroker
@@ -50,6 +51,14 @@ class LadderCelery:
         self.app = app
         #: The simulated broker under it.
         self.broker = broker
+        #: Task messages :meth:`run_delivered` did not run because their ``expires`` had passed.
+        self.expired: list[TaskMessage] = []
+
+    def _has_expired(self, task: TaskMessage) -> bool:
+        expires = task.headers.get("expires")
+        if not expires:
+            return False
+        return maybe_make_aware(maybe_iso8601(expires), self.app.timezone) < self.broker.datetime()
 
     def now(self) -> float:
         """Return the virtual time in epoch seconds."""
@@ -78,6 +87,9 @@ class LadderCelery:
         worker runs it (Celery's own ``Request.execute``): a ``retry(countdown=)``
         or a linked callback is published to the simulator, through the ladder.
 
+        A task whose ``expires`` has passed on the virtual clock is not run, as
+        a worker revokes it; it is added to :attr:`expired` instead.
+
         Returns:
             Eager: each task's :class:`celery.result.EagerResult`. As a worker:
             each task's return value (a :class:`billiard.einfo.ExceptionInfo`
@@ -87,6 +99,9 @@ class LadderCelery:
         for name in self._queues(queue):
             for message in self.broker.take(name):
                 task = _task_message(message)
+                if self._has_expired(task):
+                    self.expired.append(task)
+                    continue
                 if as_worker:
                     results.append(Request(message, on_ack=_no_op, on_reject=_no_op, app=self.app,
                                            hostname="ladder-simulator").execute())

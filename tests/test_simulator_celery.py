@@ -100,3 +100,13 @@ def test_run_as_a_worker_sends_retries_through_the_ladder(ladder_celery: Any) ->
     ladder_celery.advance(600)
     assert ladder_celery.run_delivered(as_worker=True) == ["done 5"]
     assert ran == [("flaky", 0), ("flaky", 1), ("flaky", 2)]
+
+
+def test_a_task_whose_expires_passed_while_it_waited_is_not_run(ladder_celery: Any) -> None:
+    ran.clear()
+    remind.apply_async((1,), countdown=HOUR, expires=60)
+    remind.apply_async((2,), countdown=HOUR, expires=2 * HOUR)
+    ladder_celery.advance(HOUR)
+    assert len(ladder_celery.run_delivered()) == 1
+    assert ran == [("remind", (2, "hi"))]
+    assert [t.args for t in ladder_celery.expired] == [[1]]
