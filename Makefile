@@ -4,11 +4,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help install test test-broker demo lint docs diagrams bench bench-quick clean
+.PHONY: help install test test-faults test-broker demo lint docs diagrams bench bench-quick clean
 
 help:
 	@echo "make demo   - schedule mixed delays and watch them arrive (RabbitMQ, or the simulator)"
 	@echo "make test   - install into .venv and run the whole suite"
+	@echo "make test-faults - crash, restart and consumer_timeout tests on a private RabbitMQ node (about 6 min)"
 	@echo "make lint   - ruff and mypy"
 	@echo "make docs   - build the Sphinx docs with -W"
 	@echo "make bench  - benchmarks vs every alternative (bench-quick: a few minutes)"
@@ -22,7 +23,12 @@ $(STAMP): setup.cfg pyproject.toml
 install: $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest -ra $(PYTEST_ARGS)
+	$(PY) -m pytest -ra --ignore=tests/faults $(PYTEST_ARGS)
+
+# Destructive fault tests: they boot a private RabbitMQ node of their own (as root or the
+# rabbitmq user), kill relays and workers, restart that node. Figures: build/fault-figures.txt
+test-faults: $(STAMP)
+	$(PY) -m pytest -ra tests/faults $(PYTEST_ARGS)
 
 demo: $(STAMP)
 	$(PY) -m kombu_ladder.demo
