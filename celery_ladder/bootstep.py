@@ -11,6 +11,7 @@ from celery.utils.log import get_logger
 from kombu_ladder.contract import CONTROL
 from kombu_ladder.errors import TopologyConflict
 from kombu_ladder.relay import Counters, RelayCore
+from kombu_ladder.targets import ExchangeCheck
 from kombu_ladder.topology import declare
 
 from .settings import LadderSettings
@@ -41,6 +42,9 @@ class LadderRelay(bootsteps.ConsumerStep):
         self.counters = Counters()
         allowed = LadderSettings.from_conf(c.app.conf).allowed_exchanges
         self.core = RelayCore(counters=self.counters, allowed_exchanges=allowed)
+        #: Parks deliveries to a missing exchange: a publish there would close the worker's
+        #: channel with 404, and Celery stops the worker on it (see kombu_ladder.targets).
+        self.exchange_check: Any = None
         super().__init__(c, **kwargs)
 
     def include_if(self, c: Any) -> bool:
@@ -59,6 +63,10 @@ class LadderRelay(bootsteps.ConsumerStep):
             logger.error(E_CONFLICT, exc)
             self.consumers = []
             return
+        if self.exchange_check is None:
+            self.exchange_check = ExchangeCheck(c.connection.clone())
+        self.exchange_check.forget()  # (re)connecting: an exchange may have gone meanwhile
+        self.core.exchange_check = self.exchange_check
         self.consumers = self.get_consumers(channel)
         for consumer in self.consumers:
             consumer.consume()
@@ -72,6 +80,8 @@ class LadderRelay(bootsteps.ConsumerStep):
 
     def shutdown(self, c: Any) -> None:
         self._finish(c)
+        if self.exchange_check is not None:
+            self.exchange_check.close()
         super().shutdown(c)
         self.consumers = []
 
