@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import json
 import os
 import random
 import signal
@@ -124,8 +125,10 @@ def wait_until(condition: Callable[[], object], timeout: float, message: str,
 class WorkerProcess:
     """A ``celery -A faultapp worker`` subprocess (threads pool) that records each task run in a file."""
 
-    def __init__(self, broker_url: str, workdir: Path, *, vanilla: bool = False, name: str = "w") -> None:
+    def __init__(self, broker_url: str, workdir: Path, *, vanilla: bool = False, name: str = "w",
+                 allowed: Optional[list[str]] = None) -> None:
         self.broker_url = broker_url
+        self.allowed = allowed
         self.workdir = workdir
         self.vanilla = vanilla
         self.name = name
@@ -142,6 +145,7 @@ class WorkerProcess:
         root = Path(__file__).resolve().parents[2]
         env = dict(os.environ, LADDER_FAULT_BROKER=self.broker_url, LADDER_FAULT_RUNS=str(self.runs_file),
                    LADDER_FAULT_VANILLA="1" if self.vanilla else "0",
+                   LADDER_FAULT_ALLOWED="" if self.allowed is None else json.dumps(self.allowed),
                    PYTHONPATH=os.pathsep.join([str(Path(__file__).parent / "apps"), str(root)]))
         with open(self.log_path(self.starts), "wb") as log:
             self.proc = subprocess.Popen(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+from typing import Optional
 
 from celery import Celery
 
@@ -11,14 +13,18 @@ import celery_ladder
 __all__ = ["app", "make_app"]
 
 
-def make_app(broker_url: str, *, ladder: bool = True) -> Celery:
-    """Return the fault-test app on ``broker_url``; ``ladder=False`` is vanilla Celery."""
+def make_app(broker_url: str, *, ladder: bool = True, allowed: Optional[list[str]] = None) -> Celery:
+    """Return the fault-test app on ``broker_url``; ``ladder=False`` is vanilla Celery.
+
+    ``allowed`` becomes ``ladder_allowed_exchanges``.
+    """
     celery = Celery("faultapp", broker=broker_url)
     celery.conf.update(
         broker_connection_retry_on_startup=True,
         broker_connection_max_retries=None,
         task_default_queue="faults.tasks",
         worker_prefetch_multiplier=4,
+        ladder_allowed_exchanges=allowed,
     )
     if ladder:
         celery_ladder.install(celery)
@@ -33,5 +39,7 @@ def make_app(broker_url: str, *, ladder: bool = True) -> Celery:
 
 
 #: The app a worker subprocess loads (``celery -A faultapp worker``), configured from the environment.
+_allowed = os.environ.get("LADDER_FAULT_ALLOWED")
 app = make_app(os.environ.get("LADDER_FAULT_BROKER", "memory://"),
-               ladder=os.environ.get("LADDER_FAULT_VANILLA") != "1")
+               ladder=os.environ.get("LADDER_FAULT_VANILLA") != "1",
+               allowed=json.loads(_allowed) if _allowed else None)
