@@ -61,17 +61,18 @@ class Config:
     publish_n: int  #: messages per publish-overhead round
     scale_waiting: int  #: messages left waiting in the 1h rung
     scale_due: int  #: messages falling due at once
-    repeats: int  #: rounds per throughput measurement (medians are reported)
+    repeats: int  #: rounds per publish measurement (medians are reported)
+    relay_repeats: int  #: paired raw/ours relay rounds (the median ratio is reported)
 
     @classmethod
     def full(cls) -> "Config":
         """The sizes the issue asks for."""
-        return cls("full", 2000, 500, 75.0, 60.0, 20_000, 90.0, 20_000, 5_000, 100_000, 100_000, 3)
+        return cls("full", 2000, 500, 75.0, 60.0, 20_000, 90.0, 5_000, 3_000, 100_000, 100_000, 5, 5)
 
     @classmethod
     def quick(cls) -> "Config":
         """A reduced run that finishes in a few minutes."""
-        return cls("quick", 300, 100, 25.0, 20.0, 2_000, 20.0, 3_000, 2_000, 10_000, 10_000, 3)
+        return cls("quick", 300, 100, 25.0, 20.0, 2_000, 20.0, 3_000, 2_000, 10_000, 10_000, 3, 3)
 
 
 def log(message: str) -> None:

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from kombu import Connection, Consumer, Exchange, Producer, Queue
 
@@ -18,7 +18,7 @@ from kombu_ladder.topology import declare
 
 from .common import Child, Config, Progress, Vhost, log, payload, queue_depth, summarize, wait_until
 
-__all__ = ["TARGET", "delays", "Arrivals", "run_ttl", "run_ladder", "run"]
+__all__ = ["TARGET", "delays", "Arrivals", "Backlog", "run_ttl", "run_ladder", "run"]
 
 #: The queue every contender delivers to; a consumer records arrival times there.
 TARGET = "bench.target"
@@ -72,11 +72,14 @@ class Arrivals:
         self._stop = True
         self._thread.join(5)
 
-    def wait(self, n: int, deadline: float, label: str) -> bool:
-        """Wait until ``n`` messages arrived or the epoch-seconds ``deadline`` passes; show progress."""
+    def wait(self, n: int, deadline: float, label: str, sample: Optional[Callable[[], str]] = None) -> bool:
+        """Wait until ``n`` messages arrived or the epoch-seconds ``deadline`` passes; show progress.
+
+        ``sample`` is called on every poll; what it returns is shown beside the bar.
+        """
         progress = Progress(n, label)
         while len(self.records) < n and time.time() < deadline:
-            progress.update(len(self.records))
+            progress.update(len(self.records), sample() if sample else "")
             time.sleep(0.1)
         progress.update(len(self.records))
         progress.close("" if len(self.records) >= n else f"still waiting after {time.time() - deadline:+.0f}s")
@@ -85,6 +88,26 @@ class Arrivals:
     def lateness(self) -> list[float]:
         """Arrival minus due time, in ms, per arrived message."""
         return [arrival - due for _, due, arrival in self.records]
+
+    def points(self, start: float) -> list[tuple[float, float]]:
+        """``(due, lateness)`` per arrived message: due in seconds after ``start``, lateness in ms."""
+        return [(round(due / 1000 - start, 3), round(arrival - due, 1)) for _, due, arrival in self.records]
+
+
+class Backlog:
+    """Sample the control queue's depth: the relay's backlog, its peak and when it peaked."""
+
+    def __init__(self, conn: Connection, start: float) -> None:
+        self.channel = conn.channel()
+        self.start = start
+        self.peak = 0
+        self.peak_at = 0.0
+
+    def __call__(self) -> str:
+        _, depth, _ = self.channel.queue_declare(CONTROL, passive=True)
+        if depth > self.peak:
+            self.peak, self.peak_at = depth, round(time.time() - self.start, 1)
+        return f"relay backlog {depth} (peak {self.peak})"
 
 
 def _publish_all(ds: list[float], publish: Callable[[int, float, int], None], label: str) -> float:
@@ -114,11 +137,12 @@ def run_ttl(config: Config, ds: list[float]) -> dict[str, Any]:
             producer.publish(payload(i, due), routing_key=TTL_WAIT, exchange="", serializer=None,
                              content_type="application/json", delivery_mode=2, expiration=(due / 1000 - now))
 
+        start = time.time()
         last = _publish_all(ds, publish, "(a) publish")
         arrivals.wait(len(ds), last + max(ds) + config.lateness_grace, "(a) per-message TTL arrivals")
         arrivals.stop()
     return {"name": "(a) per-message TTL", "lateness": arrivals.lateness(),
-            "summary": summarize(arrivals.lateness(), len(ds))}
+            "summary": summarize(arrivals.lateness(), len(ds)), "points": arrivals.points(start)}
 
 
 def run_ladder(config: Config, ds: list[float]) -> dict[str, Any]:
@@ -141,8 +165,10 @@ def run_ladder(config: Config, ds: list[float]) -> dict[str, Any]:
                 producer.publish(payload(i, due), routing_key=TARGET, exchange="", serializer=None,
                                  content_type="application/json", delivery_mode=2, countdown=countdown)
 
+            start = time.time()
+            backlog = Backlog(conn, start)
             last = _publish_all(ds, publish, "(b) publish")
-            arrivals.wait(len(ds), last + max(ds) + config.lateness_grace, "(b) kombu_ladder arrivals")
+            arrivals.wait(len(ds), last + max(ds) + config.lateness_grace, "(b) kombu_ladder arrivals", backlog)
         finally:
             relay.stop(sig=15)
             arrivals.stop()
@@ -150,7 +176,9 @@ def run_ladder(config: Config, ds: list[float]) -> dict[str, Any]:
     counters = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
     summary = summarize(arrivals.lateness(), len(ds))
     summary["hops_per_message"] = counters.get("hops", 0) / len(ds) if counters else None
-    return {"name": "(b) kombu_ladder", "lateness": arrivals.lateness(), "summary": summary, "relay": counters}
+    summary["max_backlog"], summary["max_backlog_at_s"] = backlog.peak, backlog.peak_at
+    return {"name": "(b) kombu_ladder", "lateness": arrivals.lateness(), "summary": summary, "relay": counters,
+            "points": arrivals.points(start)}
 
 
 def run(config: Config, seed: int = 5) -> dict[str, Any]:

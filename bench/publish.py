@@ -80,5 +80,10 @@ def run(config: Config) -> dict[str, Any]:
                 producer_cm.__exit__(None, None, None)
                 app.close()
     medians = {label: median(values) for label, values in rates.items()}
-    ratios = {contender: medians[contender] / medians[baseline] for baseline, contender in PAIRS}
-    return {"n": n, "repeats": config.repeats, "rates": rates, "medians": medians, "ratios": ratios}
+    # Each contender round is paired with the baseline round just before it; the median of those ratios
+    # is the headline (robust to load that changes between rounds), the ratio of medians is shown too.
+    paired = {contender: [c / b for b, c in zip(rates[baseline], rates[contender])] for baseline, contender in PAIRS}
+    ratios = {contender: median(values) for contender, values in paired.items()}
+    of_medians = {contender: medians[contender] / medians[baseline] for baseline, contender in PAIRS}
+    return {"n": n, "repeats": config.repeats, "rates": rates, "medians": medians, "ratios": ratios,
+            "paired_ratios": paired, "ratio_of_medians": of_medians}

@@ -2,7 +2,8 @@
 
 ``python -m bench.relay_proc --kind ours|raw --url URL`` prints ``ready``, waits
 for ``go`` on stdin, relays until it has been idle for ``--idle`` seconds and
-prints one JSON line: ``{"count", "first", "last", ...}`` (epoch seconds).
+prints one JSON line: ``{"count", "first", "last", "cpu_s", ...}`` (epoch seconds;
+``cpu_s`` is this process's CPU time between its first message and its last ack).
 With ``--forever`` it runs until SIGTERM instead and prints its counters.
 """
 
@@ -36,6 +37,7 @@ class TimedRelay(Relay):
         self.idle = idle
         self.first: Optional[float] = None
         self.last: Optional[float] = None
+        self.cpu_first = self.cpu_last = 0.0
         self._done = 0
         self._go = time.time()
 
@@ -48,10 +50,12 @@ class TimedRelay(Relay):
         now = time.time()
         if self.first is None and self.core.counters.received:
             self.first = now
+            self.cpu_first = time.process_time()
         done = self.settled()
         if done != self._done:
             self._done = done
             self.last = now
+            self.cpu_last = time.process_time()
         if self.idle is not None:
             since = self.last if self.last is not None else self._go + 10 * self.idle
             if now - since > self.idle:
@@ -69,7 +73,8 @@ def raw_relay(url: str, *, prefetch: int, idle: float, exchange: str, routing_ke
     channel.confirm_select()
     channel.basic_qos(0, prefetch, False)
     pending: deque[tuple[int, int]] = deque()  # (publish seq, source delivery tag)
-    state: dict[str, Any] = {"seq": 0, "count": 0, "first": None, "last": None, "confirmed": 0}
+    state: dict[str, Any] = {"seq": 0, "count": 0, "first": None, "last": None, "confirmed": 0,
+                             "cpu_first": 0.0, "cpu_last": 0.0}
 
     def on_ack(tag: int, multiple: bool) -> None:
         # one destination queue: confirms arrive in publish order, multiple or not
@@ -81,10 +86,12 @@ def raw_relay(url: str, *, prefetch: int, idle: float, exchange: str, routing_ke
         if last_tag is not None:
             channel.basic_ack(last_tag, multiple=True)
             state["last"] = time.time()
+            state["cpu_last"] = time.process_time()
 
     def on_message(message: Any) -> None:
         if state["first"] is None:
             state["first"] = time.time()
+            state["cpu_first"] = time.process_time()
         state["seq"] += 1
         pending.append((state["seq"], message.delivery_tag))
         channel.basic_publish(amqp.Message(message.body, **message.properties),
@@ -103,7 +110,8 @@ def raw_relay(url: str, *, prefetch: int, idle: float, exchange: str, routing_ke
                     break
     finally:
         conn.close()
-    return {"count": state["count"], "first": state["first"], "last": state["last"]}
+    return {"count": state["count"], "first": state["first"], "last": state["last"],
+            "cpu_s": state["cpu_last"] - state["cpu_first"]}
 
 
 def _ours(args: argparse.Namespace) -> dict[str, Any]:
@@ -113,7 +121,8 @@ def _ours(args: argparse.Namespace) -> dict[str, Any]:
             signal.signal(signal.SIGTERM, lambda *_: relay.stop())
             signal.signal(signal.SIGINT, lambda *_: relay.stop())
         relay.run()
-        return {"count": relay.settled(), "first": relay.first, "last": relay.last, **relay.counters.as_dict()}
+        return {"count": relay.settled(), "first": relay.first, "last": relay.last,
+                "cpu_s": relay.cpu_last - relay.cpu_first, **relay.counters.as_dict()}
 
 
 def main(argv: Optional[list[str]] = None) -> int:

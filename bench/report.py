@@ -77,29 +77,43 @@ def _footprint_table(fp: dict[str, Any]) -> list[str]:
             continue
         plain = (f"ran after {ms(r['plain_wait_ms'])} ms" if r["plain_wait_ms"] is not None
                  else f"**still waiting after {r['still_waiting_after_s']} s**")
+        samples = r.get("samples") or []
+        if r["plain_wait_ms"] is None and len(samples) >= 2 and samples[-1]["t"] > samples[0]["t"]:
+            pace = (samples[-1]["unacked"] - samples[0]["unacked"]) / (samples[-1]["t"] - samples[0]["t"])
+            if pace > 0:
+                plain += f" (pulling {pace:.1f} tasks/s: all {r['n']:,} after about {r['n'] / pace / 60:,.0f} min)"
         rows.append(f"| {'vanilla Celery' if mode == 'vanilla' else 'Celery with the ladder'} | {r['n']:,} | "
                     f"{r['publish_per_s']:,.0f}/s | {r['rss_growth_kb'] / 1024:+.1f} MB | {r['unacked']:,} | {plain} |")
     return rows
 
 
 def _relay_table(relay: dict[str, Any]) -> list[str]:
-    rows = ["| relay | processes | hops/s (median) | rounds (hops/s) |", "|---|---:|---:|---|"]
+    rows = ["| relay | processes | hops/s (median) | relay CPU per hop (median) | rounds (hops/s) |",
+            "|---|---:|---:|---:|---|"]
+    ratios = ", ".join(f"{r:.2f}" for r in relay.get("ratio_per_repeat", []))
     names = {"raw": "raw py-amqp loop (pipelined confirms)", "ours": "kombu_ladder.relay.Relay"}
     for key, s in relay["summary"].items():
         kind, processes = key.split("x")
         rates = ", ".join(f"{r:,.0f}" for r in s["rates"])
-        rows.append(f"| {names[kind]} | {processes} | {s['median']:,.0f} | {rates} |")
+        cpu = f"{s['cpu_us_per_hop']:.0f} µs" if "cpu_us_per_hop" in s else "–"
+        rows.append(f"| {names[kind]} | {processes} | {s['median']:,.0f} | {cpu} | {rates} |")
+    rows += ["", f"Ours/raw at one process, per repeat (each pair measured back to back): {ratios}; median "
+             f"**{relay['ratio']:.2f}×** (ratio of the medians: {relay.get('ratio_of_medians', relay['ratio']):.2f}×)."]
     return rows
 
 
 def _publish_table(pub: dict[str, Any]) -> list[str]:
     from .publish import PAIRS
 
-    rows = ["| publish | msgs/s (median) | rounds | ratio to baseline |", "|---|---:|---|---:|"]
+    rows = ["| publish | msgs/s (median) | rounds | ratio to baseline (median of paired rounds) |",
+            "|---|---:|---|---:|"]
     for baseline, contender in PAIRS:
         for label in (baseline, contender):
             rates = ", ".join(f"{r:,.0f}" for r in pub["rates"][label])
-            ratio = f"**{pub['ratios'][label]:.2f}×**" if label == contender else "1 (baseline)"
+            ratio = "1 (baseline)"
+            if label == contender:
+                paired = ", ".join(f"{r:.2f}" for r in pub.get("paired_ratios", {}).get(label, []))
+                ratio = f"**{pub['ratios'][label]:.2f}×** (per round: {paired})"
             rows.append(f"| `{label}` | {pub['medians'][label]:,.0f} | {rates} | {ratio} |")
     return rows
 

@@ -18,8 +18,9 @@ from .common import Child, Config, Progress, Vhost, log, median, payload, queue_
 
 __all__ = ["preload_control", "relay_round", "run"]
 
-#: The rounds of one repeat: (relay kind, processes).
-ROUNDS = (("raw", 1), ("ours", 1), ("raw", 2), ("ours", 2))
+#: The rounds of one repeat: (relay kind, processes). Each ours-x1 round is paired with the raw
+#: round just before it, so a ratio compares two measurements taken seconds apart.
+ROUNDS = (("raw", 1), ("ours", 1), ("ours", 2))
 
 
 def preload_control(vhost: Vhost, n: int, *, due_in: float, target: str = "bench.target",
@@ -74,8 +75,10 @@ def relay_round(vhost: Vhost, kind: str, processes: int, *, expected: int, timeo
     firsts = [r["first"] for r in results if r["first"]]
     lasts = [r["last"] for r in results if r["last"]]
     elapsed = (max(lasts) - min(firsts)) if firsts and lasts else float("nan")
+    cpu = sum(r.get("cpu_s", 0.0) for r in results)
     return {"kind": kind, "processes": processes, "count": count, "expected": expected,
-            "seconds": elapsed, "rate": count / elapsed if elapsed and elapsed > 0 else 0.0}
+            "seconds": elapsed, "rate": count / elapsed if elapsed and elapsed > 0 else 0.0,
+            "cpu_us_per_hop": 1e6 * cpu / count if count else float("nan")}
 
 
 def _purge(vhost: Vhost, queue: str) -> None:
@@ -88,9 +91,9 @@ def run(config: Config) -> dict[str, Any]:
     n = config.relay_n
     rounds: list[dict[str, Any]] = []
     with Vhost("relay") as vhost:
-        for repeat in range(config.repeats):
+        for repeat in range(config.relay_repeats):
             for kind, processes in ROUNDS:
-                log(f"relay throughput: repeat {repeat + 1}/{config.repeats}, {kind} x{processes}, {n} messages")
+                log(f"relay throughput: repeat {repeat + 1}/{config.relay_repeats}, {kind} x{processes}, {n} messages")
                 preload_control(vhost, n, due_in=7200, label=f"preload {kind} x{processes}")
                 result = relay_round(vhost, kind, processes, expected=n)
                 _purge(vhost, rung_name(3600))
@@ -100,11 +103,13 @@ def run(config: Config) -> dict[str, Any]:
     summary = {}
     for kind, processes in ROUNDS:
         rates = [r["rate"] for r in rounds if r["kind"] == kind and r["processes"] == processes]
-        summary[f"{kind}x{processes}"] = {"median": median(rates), "rates": rates}
+        cpu = [r["cpu_us_per_hop"] for r in rounds if r["kind"] == kind and r["processes"] == processes]
+        summary[f"{kind}x{processes}"] = {"median": median(rates), "rates": rates, "cpu_us_per_hop": median(cpu)}
     raw1 = summary["rawx1"]["median"]
     ratios = [o["rate"] / r["rate"] for o, r in zip(
         [x for x in rounds if x["kind"] == "ours" and x["processes"] == 1],
         [x for x in rounds if x["kind"] == "raw" and x["processes"] == 1]) if r["rate"]]
-    return {"n": n, "repeats": config.repeats, "rounds": rounds, "summary": summary,
-            "ratio": summary["oursx1"]["median"] / raw1 if raw1 else float("nan"),
+    return {"n": n, "repeats": config.relay_repeats, "rounds": rounds, "summary": summary,
+            "ratio": median(ratios) if ratios else float("nan"),
+            "ratio_of_medians": summary["oursx1"]["median"] / raw1 if raw1 else float("nan"),
             "ratio_per_repeat": ratios, "complete": all(r["count"] == n for r in rounds)}
