@@ -145,17 +145,18 @@ def run_ttl(config: Config, ds: list[float]) -> dict[str, Any]:
             "summary": summarize(arrivals.lateness(), len(ds)), "points": arrivals.points(start)}
 
 
-def run_ladder(config: Config, ds: list[float]) -> dict[str, Any]:
-    """Contender (b): ``LadderProducer.publish(countdown=)`` with ``kombu_ladder.relay.Relay`` in a child process."""
+def run_ladder(config: Config, ds: list[float], *, relays: int = 1, name: str = "(b) kombu_ladder") -> dict[str, Any]:
+    """Contender (b): ``LadderProducer.publish(countdown=)`` with ``kombu_ladder.relay.Relay`` in ``relays``
+    child processes."""
     with Vhost("ladder") as vhost, vhost.connection() as conn:
         declare(conn)
         channel = conn.channel()
         Queue(TARGET, durable=True)(channel).declare()
         arrivals = Arrivals(vhost.url).start()
-        relay = Child([sys.executable, "-m", "bench.relay_proc", "--kind", "ours", "--url", vhost.url, "--forever"],
-                      stdout=subprocess.PIPE)
+        children = [Child([sys.executable, "-m", "bench.relay_proc", "--kind", "ours", "--url", vhost.url,
+                           "--forever"], stdout=subprocess.PIPE) for _ in range(relays)]
         try:
-            if not wait_until(lambda: queue_depth(conn, CONTROL)[1] > 0, timeout=30):
+            if not wait_until(lambda: queue_depth(conn, CONTROL)[1] >= relays, timeout=30):
                 raise RuntimeError("the relay child did not start consuming")
             producer = LadderProducer(channel)
 
@@ -167,17 +168,22 @@ def run_ladder(config: Config, ds: list[float]) -> dict[str, Any]:
 
             start = time.time()
             backlog = Backlog(conn, start)
-            last = _publish_all(ds, publish, "(b) publish")
-            arrivals.wait(len(ds), last + max(ds) + config.lateness_grace, "(b) kombu_ladder arrivals", backlog)
+            last = _publish_all(ds, publish, f"{name[:4]} publish")
+            arrivals.wait(len(ds), last + max(ds) + config.lateness_grace, f"{name} arrivals", backlog)
         finally:
-            relay.stop(sig=15)
+            for child in children:
+                child.stop(sig=15)
             arrivals.stop()
-        out = relay.proc.stdout.read() if relay.proc.stdout else ""  # type: ignore[union-attr]
-    counters = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
+        outs = [child.proc.stdout.read() if child.proc.stdout else "" for child in children]
+    counters: dict[str, Any] = {}
+    for out in outs:
+        for key, value in (json.loads(out.strip().splitlines()[-1]) if out.strip() else {}).items():
+            if isinstance(value, (int, float)) and key not in ("first", "last"):
+                counters[key] = counters.get(key, 0) + value
     summary = summarize(arrivals.lateness(), len(ds))
     summary["hops_per_message"] = counters.get("hops", 0) / len(ds) if counters else None
     summary["max_backlog"], summary["max_backlog_at_s"] = backlog.peak, backlog.peak_at
-    return {"name": "(b) kombu_ladder", "lateness": arrivals.lateness(), "summary": summary, "relay": counters,
+    return {"name": name, "lateness": arrivals.lateness(), "summary": summary, "relay": counters,
             "points": arrivals.points(start)}
 
 
@@ -189,4 +195,7 @@ def run(config: Config, seed: int = 5) -> dict[str, Any]:
     results["a"] = run_ttl(config, ds)
     log(f"lateness (b): kombu_ladder, {len(ds)} messages, delays 1-{config.max_delay:g}s")
     results["b"] = run_ladder(config, ds)
+    if config.name == "full":  # diagnostic: does a second relay process shorten the late tail?
+        log(f"lateness (b2): kombu_ladder with 2 relay processes, {len(ds)} messages")
+        results["b2"] = run_ladder(config, ds, relays=2, name="(b2) kombu_ladder, 2 relay processes")
     return results

@@ -8,7 +8,8 @@ from typing import Any
 __all__ = ["plot_lateness"]
 
 #: Colour per contender key, stable across runs.
-COLOURS = {"a": "#d62728", "b": "#1f77b4", "c": "#7f7f7f", "d": "#2ca02c", "d2": "#bcbd22", "e": "#9467bd"}
+COLOURS = {"a": "#d62728", "b": "#1f77b4", "b2": "#17becf", "c": "#7f7f7f", "d": "#2ca02c", "d2": "#bcbd22",
+           "e": "#9467bd"}
 
 
 def plot_lateness(contenders: dict[str, dict[str, Any]], path: str, *, title: str) -> str:

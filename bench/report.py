@@ -10,7 +10,7 @@ from typing import Any, Optional
 __all__ = ["environment", "render", "ms"]
 
 #: Lateness contenders in table order.
-ORDER = ("a", "b", "c", "d", "d2", "e")
+ORDER = ("a", "b", "b2", "c", "d", "d2", "e")
 
 
 def environment() -> dict[str, Any]:
