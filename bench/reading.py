@@ -61,6 +61,18 @@ def reading(results: dict[str, Any]) -> list[str]:
     """A short, honest reading: where the ladder wins, where an alternative wins, and why."""
     out: list[str] = []
     a, b, c, d, e = (_s(results, k) for k in "abcde")
+    if a and b:
+        out.append(
+            f"- **Per-message TTL is the wrong tool for mixed delays.** With one queue and per-message `expiration`, "
+            f"a message expires only at the head of the queue, so each waits for every longer delay published before "
+            f"it: p50 {ms(a['p50'])} ms and max {ms(a['max'])} ms late, {a['late_1s']} of {a['arrived']} late by more "
+            f"than a second. The ladder's rungs each hold one TTL, so a head never blocks a shorter delay: p50 "
+            f"{ms(b['p50'])} ms, max {ms(b['max'])} ms, at {b['hops_per_message']:.2f} hops per message.")
+        out.append(
+            f"- **The kombu ladder is early, by design.** A message leaves the ladder when less than the smallest rung "
+            f"(1 s) remains, so kombu consumers see it up to a second early ({b['early']} of {b['arrived']} were; "
+            f"earliest {ms(b['min'])} ms). A consumer that needs the exact time must hold the residual itself, as "
+            f"Celery's worker does.")
     if b and b["late_50ms"]:
         backlog = (f" The control queue peaked at {b['max_backlog']:,} waiting expiries {b['max_backlog_at_s']:g} s "
                    f"into the run." if b.get("max_backlog") else "")
@@ -82,27 +94,16 @@ def reading(results: dict[str, Any]) -> list[str]:
                    if b2["late_50ms"] < b["late_50ms"] else
                    "On two cores shared with the broker a second relay process did not help: the bursts are bound "
                    "by CPU, so a host with more cores (or a relay in a faster client) is what closes the gap."))
-    if a and b:
-        out.append(
-            f"- **Per-message TTL is the wrong tool for mixed delays.** With one queue and per-message `expiration`, "
-            f"a message expires only at the head of the queue, so each waits for every longer delay published before "
-            f"it: p50 {ms(a['p50'])} ms and max {ms(a['max'])} ms late, {a['late_1s']} of {a['arrived']} late by more "
-            f"than a second. The ladder's rungs each hold one TTL, so a head never blocks a shorter delay: p50 "
-            f"{ms(b['p50'])} ms, max {ms(b['max'])} ms, at {b['hops_per_message']:.2f} hops per message.")
-        out.append(
-            f"- **The kombu ladder is early, by design.** A message leaves the ladder when less than the smallest rung "
-            f"(1 s) remains, so kombu consumers see it up to a second early ({b['early']} of {b['arrived']} were; "
-            f"earliest {ms(b['min'])} ms). A consumer that needs the exact time must hold the residual itself, as "
-            f"Celery's worker does.")
     d2 = _s(results, "d2")
     if c and d and e:
+        vanilla = (f", and {ms(c['p99'])} ms for vanilla" if c["p99"] is not None and c["p99"] < 1000 else "")
         out.append(
-            f"- **For Celery, start precision is the worker's, whatever carries the wait.** The task keeps its `eta`, "
-            f"so the worker's timer absorbs the sub-second residual and no mechanism started a task early "
-            f"({c['early']}, {d['early']} and {e['early']} early): p50 {ms(c['p50'])} / {ms(d['p50'])} / "
-            f"{ms(e['p50'])} ms and p99 {ms(c['p99'])} / {ms(d['p99'])} / {ms(e['p99'])} ms for vanilla / ladder / "
-            f"native. The tails are the worker process being scheduled late on a loaded two-core machine; they "
-            f"move by tens of milliseconds from run to run.")
+            f"- **For Celery, start precision is the worker's when the task reaches it in time.** The task keeps "
+            f"its `eta`, so the worker's timer absorbs the sub-second residual, and no mechanism started a task "
+            f"early ({c['early']}, {d['early']} and {e['early']} early for vanilla, ladder, native). p50 was "
+            f"{ms(d['p50'])} ms with the ladder and {ms(e['p50'])} ms native; p99 {ms(d['p99'])} ms and "
+            f"{ms(e['p99'])} ms{vanilla}. The tails are the worker's processes scheduled late on a loaded two-core "
+            f"machine, and they move by tens of milliseconds from run to run.")
         if d2:
             helps = d2["p99"] is not None and d["p99"] is not None and d2["p99"] < 0.7 * d["p99"]
             out.append(
@@ -137,7 +138,7 @@ def reading(results: dict[str, Any]) -> list[str]:
     relay, pub = results.get("relay"), results.get("publish")
     costs = []
     if pub and "error" not in pub:
-        costs.append("publishing costs " + ", ".join(f"{r:.2f}× its baseline for `{k}`"
+        costs.append("Publishing costs " + ", ".join(f"{r:.2f}× its baseline for `{k}`"
                                                        for k, r in pub["ratios"].items()))
     if relay and "error" not in relay:
         costs.append(f"the relay reaches {relay['ratio']:.2f}× a raw py-amqp loop "
@@ -150,6 +151,7 @@ def reading(results: dict[str, Any]) -> list[str]:
                      "broker's memory in classic (non-lazy) queues; a `queue-mode: lazy` policy on the rungs keeps "
                      "them on disk without changing any declared argument")
     if costs:
-        out.append("- **What the ladder costs.** " + "; ".join(costs) + ". Every hop is a broker round trip, "
-                   "so a delay of d seconds costs about log-many republishes (above: hops per message).")
+        out.append("- **What the ladder costs.** " + "; ".join(costs) + ". And every hop is a republish through "
+                   "the broker: a few per message (section 1 gives hops per message), most of them 1 s hops in a "
+                   "message's last ten seconds.")
     return out

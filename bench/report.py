@@ -190,5 +190,7 @@ def render(results: dict[str, Any], meta: dict[str, Any], plot: Optional[str]) -
             lines += [f"Failed: `{data['error']}`", ""]
         else:
             lines += table(data) + [""]
-    lines += ["## Reading", "", *reading(results), ""]
+    from .closing import closing
+
+    lines += ["## Reading", "", *reading(results), "", "## Closing note", "", *closing(results), ""]
     return "\n".join(lines)
