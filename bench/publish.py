@@ -40,7 +40,7 @@ def _kombu_publishers(conn: Any) -> dict[str, Callable[[int], Any]]:
     plain = Producer(channel)
     ladder = LadderProducer(channel)
     body = payload(0, 0)
-    common = {"exchange": "", "routing_key": "bench.target", "serializer": None,
+    common: dict[str, Any] = {"exchange": "", "routing_key": "bench.target", "serializer": None,
               "content_type": "application/json", "delivery_mode": 2}
     ladder.publish(body, countdown=3600, **common)  # warm up: the topology is declared once per connection
     return {

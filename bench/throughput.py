@@ -100,7 +100,7 @@ def run(config: Config) -> dict[str, Any]:
                 log(f"  {kind} x{processes}: {result['count']} hops in {result['seconds']:.2f}s "
                     f"= {result['rate']:.0f}/s")
                 rounds.append(result)
-    summary = {}
+    summary: dict[str, dict[str, Any]] = {}
     for kind, processes in ROUNDS:
         rates = [r["rate"] for r in rounds if r["kind"] == kind and r["processes"] == processes]
         cpu = [r["cpu_us_per_hop"] for r in rounds if r["kind"] == kind and r["processes"] == processes]
