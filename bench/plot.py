@@ -19,7 +19,7 @@ def plot_lateness(contenders: dict[str, dict[str, Any]], path: str, *, title: st
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(9, 5.2), dpi=110)
+    fig, ax = plt.subplots(figsize=(9, 6.2), dpi=110)
     values = [v for c in contenders.values() for v in c["lateness"]]
     lo = min([-1000.0, *values]) * 1.3 if values else -1300.0
     hi = max([2000.0, *values]) * 1.3 if values else 2600.0
@@ -27,8 +27,8 @@ def plot_lateness(contenders: dict[str, dict[str, Any]], path: str, *, title: st
     ax.axvspan(1000, hi, color="#d62728", alpha=0.08, lw=0)
     ax.axvline(0, color="black", lw=0.8)
     ax.axvline(50, color="black", lw=0.6, ls=":")
-    ax.text(lo * 0.9, 0.97, "early", va="top", ha="left", color="#1f77b4")
-    ax.text(1100, 0.97, "late > 1 s", va="top", ha="left", color="#d62728")
+    ax.text(lo * 0.9, 0.5, "early", va="center", ha="left", color="#1f77b4")
+    ax.text(1100, 0.5, "late > 1 s", va="center", ha="left", color="#d62728")
     ax.text(55, 0.03, "+50 ms", va="bottom", ha="left", fontsize=8)
     for key, contender in sorted(contenders.items()):
         data = sorted(contender["lateness"])
@@ -45,7 +45,7 @@ def plot_lateness(contenders: dict[str, dict[str, Any]], path: str, *, title: st
     ax.set_ylabel("fraction of messages")
     ax.set_title(title, fontsize=10)
     ax.grid(True, which="major", alpha=0.3)
-    ax.legend(loc="center right", fontsize=8)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, fontsize=8, frameon=False)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path)
