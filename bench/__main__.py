@@ -106,6 +106,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         parser.error(f"--only: unknown benchmark(s) {sorted(unknown)}; choose from {', '.join(BENCHMARKS)}")
     config = Config.quick() if args.quick else Config.full()
     signal.signal(signal.SIGTERM, _sigterm)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started with SIGINT ignored (nohup, &)
     from .report import environment
 
     meta: dict[str, Any] = {

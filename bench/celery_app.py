@@ -82,6 +82,7 @@ class Worker:
         env = {"LADDER_BENCH_MODE": mode, "LADDER_BENCH_BROKER": url, "LADDER_BENCH_OUT": out,
                "LADDER_BENCH_RELAY": "1" if relay else "0"}
         self.child = Child(argv, env=env, stdout=self.log, stderr=self.log)
+        self.failed = False  #: keep the worker's log for a look when it failed
 
     @property
     def pid(self) -> int:
@@ -92,6 +93,7 @@ class Worker:
         """Return once the worker consumes its queue (and, with the ladder, the control queue)."""
         def ready() -> bool:
             if self.child.proc.poll() is not None:
+                self.failed = True
                 raise RuntimeError(f"the {self.mode} worker exited; see {self.log.name}")
             try:
                 if _consumers(connection, QUEUE) < 1:
@@ -107,12 +109,17 @@ class Worker:
             return True
 
         if not wait_until(ready, timeout, interval=0.2):
+            self.failed = True
             raise RuntimeError(f"the {self.mode} worker was not ready after {timeout:g}s; see {self.log.name}")
         time.sleep(1.0 if self.mode == "native" else 0.2)  # native binds its queues just after
 
     def stop(self) -> Optional[int]:
-        """Stop the worker (its whole process group)."""
-        return self.child.stop(timeout=15)
+        """Stop the worker (its whole process group); remove its log unless it failed."""
+        code = self.child.stop(timeout=15)
+        self.log.close()
+        if not self.failed and os.path.exists(self.log.name):
+            os.unlink(self.log.name)
+        return code
 
     def __enter__(self) -> "Worker":
         return self
