@@ -92,6 +92,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--plot", default=os.path.join(ROOT, "docs", "_static", "lateness.png"))
     parser.add_argument("--results", default=None, help="also keep the raw results as JSON here")
     parser.add_argument("--from-results", metavar="JSON", help="only re-render the report from saved results")
+    parser.add_argument("--merge", metavar="JSON",
+                        help="start from saved results and replace only the --only benchmarks (a re-run is noted)")
     args = parser.parse_args(argv)
 
     if args.from_results:
@@ -118,16 +120,27 @@ def main(argv: Optional[list[str]] = None) -> int:
         meta["command"] = f"python -m bench{' --quick' if args.quick else ''} --only {','.join(selected)}"
     t0 = time.monotonic()
     results: dict[str, Any] = {}
+    if args.merge:
+        with open(args.merge) as fh:
+            saved = json.load(fh)
+        results, rerun = saved["results"], meta
+        meta = saved["meta"]
+        meta.setdefault("reruns", []).append(
+            {"benchmarks": selected, "started": rerun["started"], "load": rerun["load_start"],
+             "replaced": {name: results.get(name, {}).get("error", "not run before") for name in selected}})
+    keep = args.results or os.path.join(tempfile.gettempdir(), f"ladder-bench-{config.name}.json")
     try:
         for i, name in enumerate(selected, 1):
             log(f"=== benchmark {i}/{len(selected)}: {name} ({config.name}) ===")
             results[name] = _run(name, config)
+            with open(keep, "w") as fh:  # what has finished survives an interrupted run
+                json.dump({"results": results, "meta": meta}, fh)
     except KeyboardInterrupt:
-        log("interrupted: cleaning up (vhosts and child processes are removed); no report written")
+        log(f"interrupted: vhosts and child processes are removed; finished benchmarks are in {keep}")
         return 130
-    meta.update(finished=time.strftime("%Y-%m-%d %H:%M", time.gmtime()), duration_s=time.monotonic() - t0,
-                load_end=_load())
-    keep = args.results or os.path.join(tempfile.gettempdir(), f"ladder-bench-{config.name}.json")
+    if not args.merge:
+        meta.update(finished=time.strftime("%Y-%m-%d %H:%M", time.gmtime()), duration_s=time.monotonic() - t0,
+                    load_end=_load())
     with open(keep, "w") as fh:
         json.dump({"results": results, "meta": meta}, fh)
     log(f"raw results kept in {keep}")

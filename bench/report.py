@@ -154,7 +154,10 @@ def render(results: dict[str, Any], meta: dict[str, Any], plot: Optional[str]) -
         f"RabbitMQ {env['rabbitmq']}.",
         f"- **Machine:** {env['cores']} cores ({env['cpu']}), {env['memory_gb']} GB RAM, {env['os']}.",
         f"- **Load:** at start `{meta['load_start']}`; at end `{meta['load_end']}`. Other engineers' test suites "
-        "shared the machine and the broker during the run.", "",
+        "shared the machine and the broker during the run.",
+        *[f"- **Re-run:** {', '.join(r['benchmarks'])} at {r['started']} UTC (`{r['load']}`), replacing "
+          + "; ".join(f"{k}: {v}" for k, v in r["replaced"].items()) + "." for r in meta.get("reruns", [])],
+        "",
         "## Targets", "", *targets(results), "",
         "## 1. Lateness under mixed delays", "",
     ]
