@@ -39,6 +39,34 @@ def target_name(exchange: Any) -> str:
     raise TypeError(f"exchange must be a str or kombu.Exchange, not {type(exchange).__name__}")
 
 
+#: kombu's named ``publish`` parameters and their defaults (the rest are AMQP properties).
+_NAMED: dict[str, Any] = {
+    name: param.default for name, param in _PUBLISH.parameters.items()
+    if param.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD and name != "self"
+}
+
+
+def _publish_arguments(producer: Any, body: Any, routing_key: Optional[str], args: tuple[Any, ...],
+                       kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split a ``publish`` call into kombu's named arguments (defaults filled) and AMQP properties."""
+    if args:  # rare: positional arguments past routing_key; let inspect sort them out
+        bound = _PUBLISH.bind(producer, body, routing_key, *args, **kwargs)
+        bound.apply_defaults()
+        params = dict(bound.arguments)
+        params.pop("self")
+        return params, params.pop("properties")
+    params = dict(_NAMED)
+    properties = {}
+    for name, value in kwargs.items():
+        if name in params:
+            params[name] = value
+        else:
+            properties[name] = value
+    params["body"] = body
+    params["routing_key"] = routing_key
+    return params, properties
+
+
 class LadderProducerMixin:
     """Mixin for :class:`kombu.Producer`: a publish with ``countdown`` or ``eta``
     waits in the ladder and is delivered to its exchange and routing key later.
@@ -71,11 +99,7 @@ class LadderProducerMixin:
         """
         if countdown is None and eta is None:
             return super().publish(body, routing_key, *args, **kwargs)  # type: ignore[misc]
-        bound = _PUBLISH.bind(self, body, routing_key, *args, **kwargs)
-        bound.apply_defaults()
-        params = dict(bound.arguments)
-        params.pop("self")
-        properties = params.pop("properties")
+        params, properties = _publish_arguments(self, body, routing_key, args, kwargs)
         now = self.clock()  # one reading: countdown=3600 waits in the 1 h rung, not a ms short of it
         due = due_at_ms(now, countdown=countdown, eta=eta)
         return self._publish_delayed(due, params, properties, now_ms=int(now * 1000))
