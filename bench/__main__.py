@@ -66,7 +66,8 @@ def _run(name: str, config: Config) -> Any:
     return _guard(name, lambda: module.run(config))
 
 
-def write_outputs(results: dict[str, Any], meta: dict[str, Any], out: str, plot: Optional[str]) -> None:
+def write_outputs(results: dict[str, Any], meta: dict[str, Any], out: str, plot: Optional[str],
+                  other: Optional[dict[str, Any]] = None) -> None:
     """Write the plot (when there are lateness figures) and the Markdown page."""
     from .plot import plot_lateness
     from .report import render
@@ -78,7 +79,7 @@ def write_outputs(results: dict[str, Any], meta: dict[str, Any], out: str, plot:
         plot_lateness(lateness, plot, title=title)
         rel_plot = os.path.relpath(plot, os.path.dirname(os.path.abspath(out)))
     with open(out, "w") as fh:
-        fh.write(render(results, meta, rel_plot))
+        fh.write(render(results, meta, rel_plot, other))
     log(f"wrote {out}" + (f" and {plot}" if rel_plot else ""))
 
 
@@ -92,14 +93,19 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--plot", default=os.path.join(ROOT, "docs", "_static", "lateness.png"))
     parser.add_argument("--results", default=None, help="also keep the raw results as JSON here")
     parser.add_argument("--from-results", metavar="JSON", help="only re-render the report from saved results")
+    parser.add_argument("--also", metavar="JSON", help="append another saved run's targets for comparison")
     parser.add_argument("--merge", metavar="JSON",
                         help="start from saved results and replace only the --only benchmarks (a re-run is noted)")
     args = parser.parse_args(argv)
 
+    other = None
+    if args.also:
+        with open(args.also) as fh:
+            other = json.load(fh)
     if args.from_results:
         with open(args.from_results) as fh:
             saved = json.load(fh)
-        write_outputs(saved["results"], saved["meta"], args.out, args.plot)
+        write_outputs(saved["results"], saved["meta"], args.out, args.plot, other)
         return 0
 
     selected = [b.strip() for b in args.only.split(",") if b.strip()]
@@ -144,7 +150,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     with open(keep, "w") as fh:
         json.dump({"results": results, "meta": meta}, fh)
     log(f"raw results kept in {keep}")
-    write_outputs(results, meta, args.out, args.plot)
+    write_outputs(results, meta, args.out, args.plot, other)
     return 0
 
 

@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 from .report import ms
 
-__all__ = ["closing"]
+__all__ = ["closing", "headline"]
 
 #: Measured outside the runs, on this machine on 2026-11-30 (03:15 UTC), with a scratch copy of the
 #: producer that builds its arguments from precomputed defaults instead of inspect.Signature.bind.
@@ -21,7 +21,8 @@ def _s(results: dict[str, Any], key: str) -> Optional[dict[str, Any]]:
     return c["summary"] if c and "summary" in c else None
 
 
-def _headline(results: dict[str, Any]) -> list[str]:
+def headline(results: dict[str, Any]) -> list[str]:
+    """The headline lateness table, compact."""
     rows = ["| contender | p50 | p99 | max | early | late > 1 s |", "|---|---:|---:|---:|---:|---:|"]
     for key in ("a", "b", "c", "d", "e"):
         c = results.get("lateness", {}).get(key)
@@ -44,7 +45,7 @@ def _relay_cpu(results: dict[str, Any]) -> str:
 
 def closing(results: dict[str, Any]) -> list[str]:
     """Markdown lines of the closing note."""
-    out = ["The headline, lateness in ms under mixed delays (section 1):", "", *_headline(results), ""]
+    out = ["The headline, lateness in ms under mixed delays (section 1):", "", *headline(results), ""]
     first = len(out)
     b, b2, c, d, d2, e = (_s(results, k) for k in ("b", "b2", "c", "d", "d2", "e"))
     if b and (b["late_50ms"] or b["arrived"] < b["expected"]):

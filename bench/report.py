@@ -135,8 +135,21 @@ def _scale_table(sc: dict[str, Any]) -> list[str]:
     ]
 
 
-def render(results: dict[str, Any], meta: dict[str, Any], plot: Optional[str]) -> str:
-    """Return the whole Markdown page."""
+def _other_run(other: dict[str, Any]) -> list[str]:
+    from .closing import headline
+    from .reading import targets
+
+    meta = other["meta"]
+    return ["## Another run for comparison", "",
+            f"The same harness (`{meta['command']}`, {meta['config']} run) on the same machine, "
+            f"{meta['started']} to {meta['finished']} UTC, load at start `{meta['load_start']}` and at end "
+            f"`{meta['load_end']}`. It shows how much of the above moves with the machine's load.", "",
+            *targets(other["results"]), "", *headline(other["results"]), ""]
+
+
+def render(results: dict[str, Any], meta: dict[str, Any], plot: Optional[str],
+           other: Optional[dict[str, Any]] = None) -> str:
+    """Return the whole Markdown page; ``other`` is a second saved run to compare with (``--also``)."""
     from .reading import reading, targets
 
     env = meta["environment"]
@@ -196,4 +209,6 @@ def render(results: dict[str, Any], meta: dict[str, Any], plot: Optional[str]) -
     from .closing import closing
 
     lines += ["## Reading", "", *reading(results), "", "## Closing note", "", *closing(results), ""]
+    if other:
+        lines += _other_run(other)
     return "\n".join(lines)
