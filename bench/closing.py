@@ -8,12 +8,13 @@ from .report import ms
 
 __all__ = ["closing", "headline"]
 
-#: Measured outside the runs, on this machine on 2026-11-30 (03:15 UTC), with a scratch copy of the
-#: producer that builds its arguments from precomputed defaults instead of inspect.Signature.bind.
-SIDE_PUBLISH = ("In a side experiment (7 alternating rounds of 2,000 publishes, twice) `Producer.publish` took "
-                "175–215 µs, `LadderProducer.publish(countdown=3600)` 354–390 µs, and the same producer with "
-                "`inspect.Signature.bind` replaced by a dict of precomputed defaults 226–260 µs: 0.50–0.55× became "
-                "0.78–0.83×.")
+#: Measured outside the runs, on this machine on 2026-11-30 (03:15 UTC), before commit 5a6305b, with a scratch
+#: copy of the producer that built its arguments from precomputed defaults instead of inspect.Signature.bind.
+SIDE_PUBLISH = ("Until commit 5a6305b, `LadderProducerMixin.publish` bound every call to `Producer.publish`'s "
+                "signature with `inspect.Signature.bind`; in a side experiment (7 alternating rounds of 2,000 "
+                "publishes, twice) that took a delayed publish from 226–260 µs to 354–390 µs, against 175–215 µs "
+                "for `Producer.publish`. That commit removed it from the common path (the core measured 0.63× → "
+                "0.84× in CPU time), and this run includes it.")
 
 
 def _s(results: dict[str, Any], key: str) -> Optional[dict[str, Any]]:
@@ -85,12 +86,14 @@ def closing(results: dict[str, Any]) -> list[str]:
             if ratio >= 0.9:
                 continue
             out.append(
-                f"- **Missed: `{label}` ≥ 0.9×** ({ratio:.2f}×). Why: `LadderProducerMixin.publish` binds every call "
-                f"to `Producer.publish`'s signature with `inspect.Signature.bind` and `apply_defaults`, the largest "
-                f"single cost, then publishes a heavier message (four `x-schedule-*` headers and `type`). "
-                f"{SIDE_PUBLISH} What would close it: build the arguments from precomputed defaults in "
-                f"`kombu_ladder/producer.py` (owned by the core; proposed, not made here), then trim the header "
-                f"work; Celery's `apply_async` path also reads the settings and parses the `eta` per task.")
+                f"- **Missed: `{label}` ≥ 0.9×** ({ratio:.2f}×). Why: a delayed publish does more than a plain "
+                f"one: it validates the countdown or eta, serializes the body itself, builds the four `x-schedule-*` "
+                f"headers and `type`, checks that the topology was declared on this connection, and sends a larger "
+                f"header frame; Celery's path also reads the ladder settings and parses the task's `eta` back from "
+                f"its header for every task. {SIDE_PUBLISH} What would close it: trim that per-call work in "
+                f"`kombu_ladder/producer.py` and `celery_ladder/publish.py` (owned by the core and Celery engineers; "
+                f"for example read the settings once per producer, and hand kombu the prepared body so it is not "
+                f"re-examined), then measure CPU time per publish rather than wall time on this shared machine.")
     fp = results.get("footprint", {}).get("ladder")
     if fp and "error" not in fp and (fp["rss_growth_kb"] > 5 * 1024 or fp["unacked"] > 50
                                      or fp["plain_wait_ms"] is None or fp["plain_wait_ms"] > 1000):
