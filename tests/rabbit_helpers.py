@@ -73,3 +73,12 @@ def list_bindings(vhost: str) -> set[tuple[str, str, str]]:
 def list_consumers(vhost: str) -> list[dict[str, Any]]:
     """Return the consumers of ``vhost``: ``queue_name``, ``prefetch_count``, ``ack_required``."""
     return _json("list_consumers", "-p", vhost, "queue_name", "prefetch_count", "ack_required")
+
+
+def queue_depth(conn: Any, queue: str) -> int:
+    """Ready messages in ``queue``, asked passively on a channel of its own."""
+    channel = conn.channel()
+    try:
+        return int(channel.queue_declare(queue, passive=True)[1])
+    finally:
+        channel.close()

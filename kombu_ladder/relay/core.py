@@ -6,6 +6,9 @@ import logging
 import time
 from typing import Any, Callable, Iterable, Optional
 
+from amqp import spec
+from amqp.channel import Channel as AmqpChannel
+from amqp.exceptions import RecoverableConnectionError
 from kombu import Consumer, Queue
 from kombu.compression import compress
 
@@ -277,7 +280,20 @@ def body_of(message: Any) -> Any:
 
 
 def _publish_no_wait(channel: Any, message: Any, exchange: str, routing_key: str, mandatory: bool) -> None:
-    """Publish without waiting for the confirm, even where the connection was opened
-    with ``confirm_publish`` (py-amqp then swaps in a blocking ``basic_publish``)."""
+    """Publish without waiting for the confirm and without reading from the socket.
+
+    py-amqp's ``basic_publish`` first drains incoming frames (to notice
+    ``connection.blocked``). Inside the relay that would run its handlers
+    re-entrantly: a delivery handled there publishes *ahead* of the message
+    being published, and the broker's confirm numbers no longer match the
+    relay's. So on py-amqp the ``basic.publish`` method is sent directly; it
+    also never waits for a confirm where the connection was opened with
+    ``confirm_publish`` (py-amqp then swaps in a blocking ``basic_publish``).
+    """
+    if isinstance(channel, AmqpChannel):
+        if not channel.connection:
+            raise RecoverableConnectionError("basic_publish: connection closed")
+        channel.send_method(spec.Basic.Publish, "Bssbb", (0, exchange, routing_key, mandatory, False), message)
+        return
     publish = type(channel).basic_publish
     publish(channel, message, exchange=exchange, routing_key=routing_key, mandatory=mandatory)
