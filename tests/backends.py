@@ -34,14 +34,9 @@ class RabbitBackend:
     def wait_until(self, condition: Callable[[], Any], timeout: float = 30.0,
                    message: str = "condition", interval: float = 0.02) -> Any:
         """Poll ``condition`` until it is truthy and return its value; fail after ``timeout`` seconds."""
-        deadline = time.monotonic() + timeout
-        while True:
-            value = condition()
-            if value:
-                return value
-            if time.monotonic() >= deadline:
-                pytest.fail(f"timed out after {timeout:g}s waiting for {message}")
-            time.sleep(interval)
+        from conftest import wait_for  # here: conftest imports this module
+
+        return wait_for(condition, timeout, interval=interval, message=message)
 
 
 class SimulatorBackend:

@@ -78,7 +78,12 @@ def connection(broker_url: str) -> Iterator[Connection]:
 
 def purge_ladder(conn: Connection) -> None:
     """Empty every ladder queue that exists, so one test's leftovers never reach another."""
-    for name in [*rung_names(), CONTROL, PARKING]:
+    purge(conn, *rung_names(), CONTROL, PARKING)
+
+
+def purge(conn: Connection, *queues: str) -> None:
+    """Empty each of ``queues`` that exists (a missing one is fine)."""
+    for name in queues:
         channel = conn.channel()
         try:
             channel.queue_purge(name)

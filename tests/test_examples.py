@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+from conftest import purge
 from kombu import Connection
 from rabbit_helpers import fresh_vhost, vhost_url  # noqa: F401 - fresh_vhost is a fixture
 
@@ -37,20 +38,6 @@ def load(name: str, **env: str) -> types.ModuleType:
             else:
                 os.environ[key] = value
     return module
-
-
-def purge(conn: Connection, *queues: str) -> None:
-    for name in queues:
-        channel = conn.channel()
-        try:
-            channel.queue_purge(name)
-        except conn.channel_errors:
-            pass
-        finally:
-            try:
-                channel.close()
-            except Exception:  # noqa: BLE001 - closed by the broker on a missing queue
-                pass
 
 
 def test_kombu_scheduler_example_delivers_short_delays_before_a_long_one(

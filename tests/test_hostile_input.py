@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterator, Optional
 import pytest
 from conftest import wait_for
 from kombu import Connection, Exchange, Producer, Queue
+from rabbit_helpers import queue_depth as depth
 
 from kombu_ladder import Relay, declare
 from kombu_ladder.contract import (
@@ -31,14 +32,6 @@ pytestmark = pytest.mark.broker
 
 #: Valid and invalid messages in the storm, each.
 STORM = 1000
-
-
-def depth(conn: Connection, queue: str) -> int:
-    channel = conn.channel()
-    try:
-        return int(channel.queue_declare(queue, passive=True)[1])
-    finally:
-        channel.close()
 
 
 def consumers(conn: Connection, queue: str) -> int:

@@ -10,20 +10,13 @@ import pytest
 from conftest import wait_for
 from kombu import Connection, Exchange, Queue
 from rabbit_helpers import fresh_vhost, vhost_url  # noqa: F401 - fresh_vhost is a fixture
+from rabbit_helpers import queue_depth as depth
 
 from kombu_ladder import LadderProducer, Relay
 from kombu_ladder.contract import CONTROL, DUE_AT, PARKED_REASON, PARKING, TARGET_EXCHANGE, TARGET_ROUTING_KEY
 from kombu_ladder.migrate import main, move
 
 pytestmark = pytest.mark.broker
-
-
-def depth(conn: Connection, queue: str) -> int:
-    channel = conn.channel()
-    try:
-        return int(channel.queue_declare(queue, passive=True)[1])
-    finally:
-        channel.close()
 
 
 def fill_blue(blue: Connection) -> dict[str, int]:

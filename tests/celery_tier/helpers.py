@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from conftest import purge
 from kombu import Connection
 
 __all__ = ["TASK_QUEUES", "Run", "Recorder", "register_tasks", "purge_queues", "relay_of", "queue_depth"]
@@ -91,17 +92,7 @@ def register_tasks(app: Any) -> None:
 def purge_queues(broker_url: str, names: tuple[str, ...] = TASK_QUEUES) -> None:
     """Empty the tests' task queues (missing ones are fine)."""
     with Connection(broker_url) as conn:
-        for name in names:
-            channel = conn.channel()
-            try:
-                channel.queue_purge(name)
-            except conn.channel_errors:
-                pass
-            finally:
-                try:
-                    channel.close()
-                except Exception:  # noqa: BLE001 - closed by the broker on a missing queue
-                    pass
+        purge(conn, *names)
 
 
 def relay_of(worker: Any) -> Any:

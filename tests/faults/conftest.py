@@ -6,7 +6,6 @@ import json
 import os
 import pwd
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -15,11 +14,13 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator
 from urllib.parse import quote
 
 import pytest
 from conftest import IN_CI, broker_reachable
+
+from .faultkit import Restartable
 
 #: Where the figures of every fault test are written (``build/`` is git-ignored).
 FIGURES_DIR = Path(__file__).resolve().parents[2] / "build"
@@ -186,46 +187,27 @@ def fault_url(private_node: PrivateNode, fault_vhost: str) -> str:
     return private_node.url(fault_vhost)
 
 
-class RelayProcess:
+class RelayProcess(Restartable):
     """A standalone ``python -m kombu_ladder relay`` subprocess that can be killed and restarted."""
 
     def __init__(self, broker_url: str, logdir: Path, *extra: str) -> None:
+        super().__init__()
         self.broker_url = broker_url
         self.logdir = logdir
         self.extra = extra
-        self.proc: Optional[subprocess.Popen[bytes]] = None
-        self.starts = 0
+
+    def log_path(self, start: int) -> Path:
+        return self.logdir / f"relay-{start}.log"
 
     def start(self) -> None:
         self.starts += 1
-        log = open(self.logdir / f"relay-{self.starts}.log", "wb")  # noqa: SIM115 - the process owns it
+        log = open(self.log_path(self.starts), "wb")  # noqa: SIM115 - the process owns it
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kombu_ladder", "--log-level", "INFO", "--broker", self.broker_url,
              "relay", "--report-every", "2", *self.extra],
             stdout=log, stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parents[2],
         )
         log.close()
-
-    def kill9(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def log(self) -> str:
-        return "\n".join((self.logdir / f"relay-{n}.log").read_text(errors="replace")
-                         for n in range(1, self.starts + 1))
 
 
 @pytest.fixture

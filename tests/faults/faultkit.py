@@ -20,8 +20,8 @@ from kombu import Connection, Consumer, Queue
 from kombu_ladder import Scheduler
 from kombu_ladder.contract import CONTROL, rung_names
 
-__all__ = ["Collector", "WorkerProcess", "publish_numbered", "random_delays", "ladder_depth", "queue_messages",
-           "run_figures", "wait_until"]
+__all__ = ["Collector", "Restartable", "WorkerProcess", "publish_numbered", "random_delays", "ladder_depth",
+           "queue_messages", "run_figures", "wait_until"]
 
 
 class Collector:
@@ -122,8 +122,44 @@ def wait_until(condition: Callable[[], object], timeout: float, message: str,
         time.sleep(0.2)
 
 
-class WorkerProcess:
+class Restartable:
+    """A subprocess that a fault test starts, kills with SIGKILL and starts again; one log per start."""
+
+    #: Seconds :meth:`stop` waits after SIGTERM before it kills.
+    stop_timeout = 15.0
+
+    def __init__(self) -> None:
+        self.proc: Optional[subprocess.Popen[bytes]] = None
+        self.starts = 0
+
+    def log_path(self, start: int) -> Path:
+        raise NotImplementedError
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=self.stop_timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log(self) -> str:
+        return "\n".join(self.log_path(n).read_text(errors="replace") for n in range(1, self.starts + 1))
+
+
+class WorkerProcess(Restartable):
     """A ``celery -A faultapp worker`` subprocess (threads pool) that records each task run in a file."""
+
+    stop_timeout = 20.0
 
     def __init__(self, broker_url: str, workdir: Path, *, vanilla: bool = False, name: str = "w",
                  allowed: Optional[list[str]] = None) -> None:
@@ -134,8 +170,7 @@ class WorkerProcess:
         self.name = name
         self.runs_file = workdir / f"{name}-runs.txt"
         self.runs_file.touch()
-        self.proc: Optional[subprocess.Popen[bytes]] = None
-        self.starts = 0
+        super().__init__()
 
     def log_path(self, start: int) -> Path:
         return self.workdir / f"{self.name}-worker-{start}.log"
@@ -158,26 +193,6 @@ class WorkerProcess:
             wait_until(lambda: " ready." in self.log_path(self.starts).read_text(errors="replace")
                        or not self.alive(), 60, "the worker to be ready", self.log)
             assert self.alive(), self.log()
-
-    def kill9(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def log(self) -> str:
-        return "\n".join(self.log_path(n).read_text(errors="replace") for n in range(1, self.starts + 1))
 
     def runs(self) -> collections.Counter[int]:
         """How many times each task number has run so far."""

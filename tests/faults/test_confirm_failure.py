@@ -9,6 +9,7 @@ from typing import Any, Iterator
 
 import pytest
 from kombu import Connection, Producer, Queue
+from rabbit_helpers import queue_depth as depth
 
 from kombu_ladder import Relay, declare
 from kombu_ladder.contract import CONTROL, MESSAGE_TYPE
@@ -34,15 +35,6 @@ def put_due(conn: Connection, target: str, count: int) -> None:
             headers=scheduled_headers({}, exchange="", routing_key=target, due_at=now_ms - 1000,
                                       content_type="application/json"),
         )
-
-
-def depth(conn: Connection, queue: str) -> int:
-    """Ready messages in ``queue``."""
-    channel = conn.channel()
-    try:
-        return int(channel.queue_declare(queue, passive=True)[1])
-    finally:
-        channel.close()
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ from typing import Any, Iterator
 import amqp
 import pytest
 from kombu import Connection, Exchange, Queue
+from rabbit_helpers import queue_depth as depth
 
 from kombu_ladder import LadderProducer
 from kombu_ladder.contract import PARKING
@@ -39,14 +40,6 @@ def users(private_node: PrivateNode, fault_vhost: str) -> Iterator[dict[str, str
     finally:
         for user in names.values():
             private_node.ctl("delete_user", user, check=False)
-
-
-def depth(conn: Connection, queue: str) -> int:
-    channel = conn.channel()
-    try:
-        return int(channel.queue_declare(queue, passive=True)[1])
-    finally:
-        channel.close()
 
 
 def test_minimal_permissions_are_enough(private_node: PrivateNode, fault_vhost: str, fault_url: str,
