@@ -15,7 +15,7 @@ from kombu.pools import ProducerPool
 
 from kombu_ladder.producer import LadderProducerMixin, target_name
 
-from .settings import LadderSettings
+from .settings import read_bool
 
 __all__ = ["LadderAMQP", "LadderTaskProducer", "NATIVE_DELAYED_PREFIX", "scheduled_count", "task_eta"]
 
@@ -44,6 +44,8 @@ def task_eta(value: Any, timezone: Any) -> datetime:
 
     A naive ETA is made aware the worker's way (:func:`celery.utils.time.maybe_make_aware`
     with the app's timezone), so the ladder delivers at the moment the worker will run it.
+    ``timezone`` may be a callable returning it, read only for a naive ETA (Celery
+    itself sends aware ones for ``countdown``).
 
     Raises:
         ValueError: the header is not an ISO 8601 date and time.
@@ -54,7 +56,9 @@ def task_eta(value: Any, timezone: Any) -> datetime:
         raise ValueError(f"task header eta is not an ISO 8601 datetime: {value!r}") from exc
     if not isinstance(eta, datetime):
         raise ValueError(f"task header eta is not an ISO 8601 datetime: {value!r}")
-    return maybe_make_aware(eta, timezone)
+    if eta.tzinfo is not None and eta.tzinfo.utcoffset(eta) is not None:
+        return eta
+    return maybe_make_aware(eta, timezone() if callable(timezone) else timezone)
 
 
 def _is_task_message(headers: Any) -> bool:
@@ -93,12 +97,13 @@ class LadderTaskProducer(LadderProducerMixin, Producer):
         headers: Any = kwargs.get("headers")
         if not _is_task_message(headers) or not headers.get("eta") or self.app is None:
             return None
-        if not LadderSettings.from_conf(self.app.conf).enabled:
+        conf = self.app.conf
+        if not read_bool(conf, "ladder_enabled"):
             return None
         exchange = kwargs.get("exchange")
         if target_name(exchange if exchange is not None else self.exchange).startswith(NATIVE_DELAYED_PREFIX):
             return None  # Celery's native delayed delivery already addressed it
-        return task_eta(headers["eta"], self.app.conf.timezone)
+        return task_eta(headers["eta"], lambda: conf.timezone)
 
 
 class LadderAMQP(AMQP):
