@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
 from typing import Any
 
 import click
@@ -18,6 +17,7 @@ from kombu_ladder.topology import declare as declare_topology
 from . import control  # noqa: F401 - the CLI process must know ``inspect ladder``
 from .control import COUNTER_NAMES
 from .pool import register_pool_alias
+from .settings import LadderSettings
 
 __all__ = ["ladder", "worker_counters"]
 
@@ -103,13 +103,7 @@ def relay(ctx: click.Context, prefetch: int, report_every: float, **kwargs: Any)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with ctx.obj.app.connection_for_write() as conn:
-        runner = Relay(conn, prefetch=prefetch, report_every=report_every)
-
-        def stop(signum: int, frame: Any) -> None:
-            logger.info("received %s, stopping the relay", signal.Signals(signum).name)
-            runner.stop()
-
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
-        runner.run()
+        allowed = LadderSettings.from_conf(ctx.obj.app.conf).allowed_exchanges
+        runner = Relay(conn, prefetch=prefetch, report_every=report_every, allowed_exchanges=allowed)
+        runner.run_until_signalled()
         ctx.obj.echo(f"relay stopped: {runner.counters.as_dict()}")

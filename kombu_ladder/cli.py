@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import sys
 from typing import Any, Optional, Sequence
 
@@ -98,15 +97,7 @@ def _relay(connection: Any, args: argparse.Namespace) -> int:
         allowed_exchanges=args.allow_exchange or None,
         report_every=args.report_every,
     )
-
-    def stop(signum: int, frame: Any) -> None:
-        logger.info("received %s, stopping the relay", signal.Signals(signum).name)
-        relay.stop()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    relay.run()
-    logger.info("relay stopped: %s", relay.counters.as_dict())
+    relay.run_until_signalled()
     return 0
 
 

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 from kombu import Connection, Consumer, Queue
-from kombu.exceptions import OperationalError
 
 from .contract import CONTROL, EXCHANGE, PARKING, rung_names
 from .envelope import strip_death
@@ -195,26 +194,25 @@ class _Confirms:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``python -m kombu_ladder.migrate --from URL --to URL``; return the exit status."""
+    """``python -m kombu_ladder.migrate --from URL --to URL``: ``kombu-ladder --broker FROM move --to TO``.
+
+    Returns:
+        The exit status.
+    """
     parser = argparse.ArgumentParser(prog="python -m kombu_ladder.migrate", description=__doc__)
     parser.add_argument("--from", dest="source", required=True, metavar="URL", help="the broker to empty")
     parser.add_argument("--to", dest="target", required=True, metavar="URL", help="the broker to fill")
     parser.add_argument("--limit", type=int, default=None, metavar="N", help="at most N messages per queue")
     parser.add_argument("--keep-parked", action="store_true", help="leave acemq.schedule.parked where it is")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    with Connection(args.source, connect_timeout=5) as source, Connection(args.target, connect_timeout=5) as target:
-        for conn in (source, target):
-            try:
-                conn.ensure_connection(max_retries=1)
-            except (OperationalError, *conn.connection_errors) as exc:  # kombu wraps socket errors
-                print(f"kombu_ladder.migrate: cannot reach {conn.as_uri()}: {exc}", file=sys.stderr)
-                return 2
-        result = move(source, target, limit=args.limit, include_parked=not args.keep_parked)
-    for name, count in result.moved.items():
-        print(f"{name:<26} {count:>9}")
-    print(f"moved {result.total} message(s)")
-    return 0
+    from .cli import main as cli_main  # here: the CLI imports this module
+
+    forwarded = ["--broker", args.source, "move", "--to", args.target]
+    if args.limit is not None:
+        forwarded += ["--limit", str(args.limit)]
+    if args.keep_parked:
+        forwarded.append("--keep-parked")
+    return cli_main(forwarded)
 
 
 if __name__ == "__main__":

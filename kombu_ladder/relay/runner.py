@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 import socket
 import threading
 import time
@@ -22,6 +23,8 @@ logger = logging.getLogger("kombu_ladder.relay")
 
 I_CONSUMING = "relay consuming from %s (prefetch %d)"
 I_COUNTERS = "relay counters: %s"
+I_SIGNAL = "received %s, stopping the relay"
+I_STOPPED = "relay stopped: %s"
 
 #: Seconds a stopping relay waits for outstanding confirms, so a clean stop duplicates nothing.
 STOP_GRACE = 5.0
@@ -93,3 +96,15 @@ class Relay(ConsumerMixin):
     def stop(self) -> None:
         """Ask the relay to stop; :meth:`run` returns within about a second."""
         self.should_stop = True
+
+    def run_until_signalled(self) -> None:
+        """Run until SIGTERM or SIGINT, then stop cleanly (main thread only: it installs the handlers)."""
+
+        def stop(signum: int, frame: Any) -> None:
+            logger.info(I_SIGNAL, signal.Signals(signum).name)
+            self.stop()
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        self.run()
+        logger.info(I_STOPPED, self.counters.as_dict())
