@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any, Iterator
@@ -14,10 +15,13 @@ from typing import Any, Iterator
 import pytest
 from celery.utils.time import maybe_iso8601
 from conftest import purge_ladder, wait_for
-from kombu import Connection
+from kombu import Connection, Producer, Queue
+from rabbit_helpers import fresh_vhost, queue_depth, vhost_url  # noqa: F401 - fresh_vhost is a fixture
 
 import celery_ladder
-from kombu_ladder.contract import CONTROL, PARKING, rung_names
+from kombu_ladder.contract import CONTROL, MESSAGE_TYPE, PARKED_REASON, PARKING, rung_names
+from kombu_ladder.envelope import scheduled_headers
+from kombu_ladder.topology import declare as declare_topology
 
 from .helpers import purge_queues
 from .poolapp import POOL_QUEUE, make_app
@@ -177,3 +181,27 @@ def test_two_workers_make_competing_relays_without_duplicates(broker_url: str, p
     delivered = {host: after[host]["delivered"] - before[host]["delivered"] for host in workers}
     assert sum(delivered.values()) == len(results), f"each task is delivered exactly once: {delivered}"
     assert all(n > 0 for n in delivered.values()), f"both relays take part: {delivered}"
+
+
+def test_celery_ladder_relay_keeps_to_the_apps_allow_list(fresh_vhost: str) -> None:  # noqa: F811
+    """``celery ladder relay`` reads ladder_allowed_exchanges, as the workers' relay does."""
+    url = vhost_url(fresh_vhost)
+    with Connection(url) as conn:
+        declare_topology(conn)
+        Queue("allow.target", durable=True)(conn.default_channel).declare()
+        Producer(conn.default_channel).publish(
+            {"n": 1}, exchange="", routing_key=CONTROL, serializer="json", type=MESSAGE_TYPE,
+            headers=scheduled_headers({}, exchange="", routing_key="allow.target",
+                                      due_at=int(time.time() * 1000) - 5, content_type="application/json"))
+        proc = subprocess.Popen([sys.executable, "-m", "celery", "-A", "poolapp", "ladder", "relay"], cwd=HERE,
+                                env=dict(_env(url), LADDER_POOL_ALLOWED=json.dumps(["only.this"])),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            wait_for(lambda: queue_depth(conn, PARKING) == 1, timeout=30, message="the refused message parked")
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            out, _ = proc.communicate(timeout=30)
+        assert proc.returncode == 0, out
+        assert queue_depth(conn, "allow.target") == 0, "a target outside the allow-list got a delivery"
+        parked = conn.default_channel.basic_get(PARKING, no_ack=True)
+        assert parked.headers[PARKED_REASON].startswith("refused:"), parked.headers
