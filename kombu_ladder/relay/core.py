@@ -171,7 +171,8 @@ class RelayCore:
         pending = self._pending
         for seq in pending.seqs(delivery_tag, multiple):
             entry = pending.get(seq)
-            assert entry is not None
+            if entry is None:  # released by a handler this loop already ran
+                continue
             entry.confirmed = entry.refused = True
             owner = entry if entry.parent is None else pending.get(entry.parent)
             if owner is None or owner.source is None or owner.settled:
