@@ -13,6 +13,7 @@ from kombu_ladder.producer import LadderProducer
 from kombu_ladder.topology import declare
 
 from .common import Config, Progress, Vhost, log, payload, queue_counts, queue_depth, rabbitmqctl
+from .publish import timed
 from .throughput import relay_round
 
 __all__ = ["broker_memory", "vhost_queues", "run"]
@@ -35,18 +36,10 @@ def vhost_queues(vhost: str) -> dict[str, dict[str, int]]:
 
 
 def _publish(producer: LadderProducer, n: int, countdown: float, label: str) -> float:
-    progress = Progress(n, label)
     body = payload(0, 0)
-    t0 = time.perf_counter()
-    for i in range(n):
-        producer.publish(body, routing_key=TARGET, exchange="", serializer=None,
-                         content_type="application/json", delivery_mode=2, countdown=countdown)
-        if i % 1000 == 0:
-            progress.update(i)
-    rate = n / (time.perf_counter() - t0)
-    progress.update(n)
-    progress.close(f"{rate:.0f}/s")
-    return rate
+    return timed(n, lambda i: producer.publish(body, routing_key=TARGET, exchange="", serializer=None,
+                                               content_type="application/json", delivery_mode=2,
+                                               countdown=countdown), label)
 
 
 def _memory_snapshot(vhost: str) -> dict[str, Any]:
