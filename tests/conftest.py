@@ -8,6 +8,7 @@ import socket
 import subprocess
 import time
 import uuid
+from contextlib import contextmanager
 from typing import Callable, Iterator
 from urllib.parse import quote
 
@@ -52,7 +53,13 @@ def rabbit_vhost() -> Iterator[str]:
             pytest.fail("rabbitmqctl is needed to create the test vhost", pytrace=False)
         yield "/"
         return
-    vhost = f"ladder-test-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    with temporary_vhost(f"ladder-test-{os.getpid()}-{uuid.uuid4().hex[:6]}") as vhost:
+        yield vhost
+
+
+@contextmanager
+def temporary_vhost(vhost: str) -> Iterator[str]:
+    """Create ``vhost`` with full permissions for guest; delete it afterwards."""
     _rabbitmqctl("add_vhost", vhost)
     _rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
     try:

@@ -28,13 +28,10 @@ def vhost_url(vhost: str) -> str:
 @pytest.fixture
 def fresh_vhost(rabbit_vhost: str) -> Iterator[str]:
     """A brand-new, empty vhost for one test (deleted afterwards)."""
-    vhost = f"{rabbit_vhost}-fresh-{uuid.uuid4().hex[:6]}"
-    _ctl("add_vhost", vhost)
-    _ctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
-    try:
+    from conftest import temporary_vhost  # here: conftest is loaded by pytest first
+
+    with temporary_vhost(f"{rabbit_vhost}-fresh-{uuid.uuid4().hex[:6]}") as vhost:
         yield vhost
-    finally:
-        subprocess.run(["rabbitmqctl", "-q", "delete_vhost", vhost], capture_output=True, timeout=60)
 
 
 def _json(*args: str) -> list[dict[str, Any]]:
