@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import struct
 from collections import OrderedDict, defaultdict
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
@@ -21,7 +22,7 @@ from kombu.transport import pyamqp, virtual
 from kombu.transport.base import to_rabbitmq_queue_arguments
 
 from .declarations import token
-from .frames import Confirm, Delivery, Return
+from .frames import Close, Confirm, Delivery, Return
 from .wire import body_bytes, client_body, copy_decoded
 
 if TYPE_CHECKING:
@@ -35,8 +36,17 @@ W_NO_CALLBACK = "rejecting delivery %s for consumer %s: it has no callback (canc
 
 
 def _channel_op(method: Callable[..., Any]) -> Callable[..., Any]:
-    """Run a channel method; a channel error resets the channel as RabbitMQ and py-amqp do."""
+    """Run a channel method; a channel error resets the channel as RabbitMQ and py-amqp do.
+
+    A synchronous method called after the broker closed the channel (its
+    ``channel.close`` not read yet) raises that error, as py-amqp does when
+    the close arrives instead of the reply it waits for.
+    """
     def wrapper(self: "Channel", *args: Any, **kwargs: Any) -> Any:
+        if self.closing is not None:
+            error = self.closing
+            self._reset()
+            raise error
         if self.closed:
             raise RecoverableConnectionError("connection already closed")
         try:
@@ -47,6 +57,19 @@ def _channel_op(method: Callable[..., Any]) -> Callable[..., Any]:
         except amqp.exceptions.IrrecoverableConnectionError:
             self.connection.client.release()
             raise
+    wrapper.__name__ = method.__name__
+    wrapper.__doc__ = method.__doc__
+    return wrapper
+
+
+def _no_reply_op(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A method py-amqp sends without waiting for a reply: on a channel the broker is closing, it is dropped."""
+    op = _channel_op(method)
+
+    def wrapper(self: "Channel", *args: Any, **kwargs: Any) -> Any:
+        if self.closing is not None:
+            return None
+        return op(self, *args, **kwargs)
     wrapper.__name__ = method.__name__
     wrapper.__doc__ = method.__doc__
     return wrapper
@@ -84,6 +107,10 @@ class Channel(virtual.Channel):
         self._publish_seq = 0
         self._delivery_tag = 0
         self.closed = False
+        #: The error the broker closed this channel with, until the client reads the close.
+        self.closing: Optional[BaseException] = None
+        #: Confirms of routed publishes, sent once their queues have taken them (see flush_confirms).
+        self.deferred: list[tuple[int, bool]] = []
 
     def _reset(self) -> None:
         """What a channel error does: the broker closes the channel, py-amqp reopens it."""
@@ -114,9 +141,17 @@ class Channel(virtual.Channel):
         self.connection.post(Confirm(self, seq, ack))
 
     def post_return(self, code: int, text: str, exchange: str, routing_key: str, body: bytes,
-                    properties: dict[str, Any]) -> None:
+                    properties: dict[str, Any], raw: bytes) -> None:
         """Send basic.return of an unroutable mandatory publish."""
-        self.connection.post(Return(self, code, text, exchange, routing_key, body, properties))
+        self.connection.post(Return(self, code, text, exchange, routing_key, body, properties, raw))
+
+    def broker_closed(self, error: BaseException) -> None:
+        """The broker closes this channel because of ``error``: it requeues what the channel held
+        unacked, forgets the confirms it had not sent, and sends channel.close."""
+        self.broker.close_channel(self)
+        self.closing = error
+        self.deferred = []
+        self.connection.post(Close(self, error))
 
     # -- events, run by drain_events in the consuming thread ------------------------
 
@@ -124,11 +159,27 @@ class Channel(virtual.Channel):
         properties = copy_decoded(properties)
         return AmqpMessage(client_body(body, properties), channel=self, **properties)
 
+    def _guarded(self, raw: bytes) -> bool:
+        """Hand the encoded properties to the connection's guard, if it guards this channel (see
+        :class:`kombu_ladder.relay.link.Guard`, which a py-amqp connection runs on its frames)."""
+        guard = self.connection.guard
+        if guard is None or not guard.watches(self.channel_id):
+            return False
+        guard.header(self.channel_id, raw)
+        return True
+
+    def _content(self, stored: Any) -> AmqpMessage:
+        if self._guarded(stored.raw):
+            return AmqpMessage(stored.body, channel=self)  # py-amqp is shown no properties
+        if stored.undecodable is not None:
+            raise stored.undecodable  # what py-amqp's frame reader raises on these properties
+        return self._raw(stored.body, stored.properties)
+
     def _on_delivery(self, event: Delivery) -> None:
         if self.closed or event.generation != self.generation:
             return  # the channel was closed or reset since: the message went back to its queue
         stored = event.message
-        raw = self._raw(stored.body, stored.properties)
+        raw = self._content(stored)
         raw.delivery_info = {
             "consumer_tag": event.consumer_tag, "delivery_tag": event.delivery_tag,
             "redelivered": event.redelivered, "exchange": stored.exchange, "routing_key": stored.routing_key,
@@ -153,13 +204,34 @@ class Channel(virtual.Channel):
     def _on_return(self, event: Return) -> None:
         if event.generation != self.generation:
             return
-        code, text, exchange, routing_key, body, properties = event.args
+        code, text, exchange, routing_key, body, properties, raw = event.args
         exc = error_for_code(code, text, spec.Basic.Return, ChannelError)
+        guarded = self._guarded(raw)
         handlers = self.events.get("basic_return")
         if not handlers:
             raise exc
         for handler in list(handlers):
-            handler(exc, exchange, routing_key, self._raw(body, properties))
+            handler(exc, exchange, routing_key,
+                    AmqpMessage(body, channel=self) if guarded else self._raw(body, properties))
+
+    def _on_close(self, event: Close) -> None:
+        if event.generation != self.generation or self.closing is None:
+            return  # the client met the error on a synchronous call already
+        error = event.error
+        guard = self.connection.guard
+        if guard is not None and guard.closed(self.channel_id, error.reply_code, error.reply_text,
+                                              *error.method_sig):
+            return
+        self._reset()  # py-amqp answers close-ok, reopens the channel and raises the error
+        raise error
+
+    def discard(self) -> None:
+        """Let go of a channel the broker closed (the relay's answer to channel.close)."""
+        self.closing = None
+        self.closed = True
+        self.generation += 1
+        if self in self.connection.channels:
+            self.connection.channels.remove(self)
 
     # -- AMQP methods ---------------------------------------------------------------
 
@@ -224,14 +296,19 @@ class Channel(virtual.Channel):
     def message_to_python(self, raw_message: Any) -> Any:
         return self.Message(raw_message, channel=self)
 
-    @_channel_op
     def _basic_publish(self, msg: Any, exchange: str = "", routing_key: str = "", mandatory: bool = False,
                        immediate: bool = False, **_: Any) -> None:
+        if self.closing is not None:
+            return  # sent, and dropped by the broker: it is closing this channel
+        if self.closed:
+            raise RecoverableConnectionError("connection already closed")
         if immediate:
             raise AMQPNotImplementedError("NOT_IMPLEMENTED - immediate=true", spec.Basic.Publish, reply_code=540)
-        properties = dict(msg.properties)
-        body = body_bytes(msg.body, properties)
-        self.broker.publish(self, body, properties, exchange or "", routing_key or "", mandatory=mandatory)
+        exchange, routing_key = exchange or "", routing_key or ""
+        for name in (exchange, routing_key):  # py-amqp packs them as short strings
+            struct.pack("B", len(name.encode("utf-8", "surrogatepass")))
+        body = body_bytes(msg.body, msg.properties)  # a str body sets content_encoding, as py-amqp does
+        self.broker.publish(self, body, msg._serialize_properties(), exchange, routing_key, mandatory=mandatory)
 
     basic_publish = _basic_publish
 
@@ -292,15 +369,15 @@ class Channel(virtual.Channel):
                              "exchange": stored.exchange, "routing_key": stored.routing_key, "message_count": left}
         return raw
 
-    @_channel_op
+    @_no_reply_op
     def basic_ack(self, delivery_tag: int, multiple: bool = False, **_: Any) -> None:
         self.broker.resolve(self, delivery_tag, multiple=multiple, outcome="ack")
 
-    @_channel_op
+    @_no_reply_op
     def basic_reject(self, delivery_tag: int, requeue: bool = True, **_: Any) -> None:
         self.broker.resolve(self, delivery_tag, multiple=False, outcome="requeue" if requeue else "reject")
 
-    @_channel_op
+    @_no_reply_op
     def basic_nack(self, delivery_tag: int, multiple: bool = False, requeue: bool = True, **_: Any) -> None:
         self.broker.resolve(self, delivery_tag, multiple=multiple, outcome="requeue" if requeue else "reject")
 

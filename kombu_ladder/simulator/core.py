@@ -8,13 +8,14 @@ from collections import Counter, defaultdict
 from typing import Any, Iterable, Optional
 
 from amqp import spec
-from amqp.exceptions import AccessRefused, PreconditionFailed
+from amqp.exceptions import AccessRefused, ChannelError, PreconditionFailed
 
 from .clock import VirtualClock
 from .deadletter import dead_letter_headers, is_cycle
-from .declarations import PREDECLARED, Declarations, token
+from .declarations import INTERNAL, PREDECLARED, Declarations, token
 from .entities import ConsumerRef, SimExchange, SimQueue, Stored
-from .wire import round_trip_properties
+from .permissions import Permissions
+from .wire import decode_raw, with_headers
 
 __all__ = ["BrokerCore", "PREDECLARED"]
 
@@ -32,8 +33,10 @@ class BrokerCore(Declarations):
         self.lock = threading.RLock()
         self.cond = threading.Condition(self.lock)
         self.exchanges: dict[str, SimExchange] = {
-            name: SimExchange(name, kind, durable=True) for name, kind in PREDECLARED.items()
+            name: SimExchange(name, kind, durable=True, internal=name in INTERNAL) for name, kind in PREDECLARED.items()
         }
+        #: The simulated user's permissions in the vhost (everything, unless set otherwise).
+        self.permissions = Permissions(vhost)
         self.queues: dict[str, SimQueue] = {}
         self.connections: set[Any] = set()
         #: What happened, for tests and the demo: published, unroutable, returned,
@@ -43,18 +46,28 @@ class BrokerCore(Declarations):
 
     # -- publishing -----------------------------------------------------------
 
-    def publish(self, channel: Any, body: bytes, properties: dict[str, Any], exchange: str,
-                routing_key: str, *, mandatory: bool = False) -> None:
-        """Route one message; post the return (if any) and then the confirm to ``channel``."""
+    def publish(self, channel: Any, body: bytes, raw: bytes, exchange: str, routing_key: str, *,
+                mandatory: bool = False) -> None:
+        """Route one message (``raw``: its encoded properties); post the return and the confirm.
+
+        As on RabbitMQ, a publish the broker refuses (a missing or internal
+        exchange, no write permission, a bad expiration) closes the channel:
+        the close comes as a frame, and later publishes on that channel are
+        dropped. An unroutable publish is confirmed at once (after its return);
+        a routed one when its queues have taken it, which is later (see
+        :meth:`flush_confirms`): confirms can come out of order.
+        """
         with self.lock:
+            if channel.closing is not None:
+                return  # RabbitMQ drops every method of a channel it is closing
             seq = channel.next_publish_seq() if channel.confirm else None
-            if exchange:
-                self._exchange(exchange, spec.Basic.Publish)
-            expiration = properties.get("expiration")
-            if expiration is not None and not (expiration.isdigit() and expiration.isascii()):
-                raise PreconditionFailed(f"PRECONDITION_FAILED - invalid expiration '{expiration}' for message",
-                                         spec.Basic.Publish, reply_code=406)
-            properties = round_trip_properties(properties)
+            properties, undecodable = decode_raw(raw)
+            try:
+                self._check_publish(exchange, properties.get("expiration"))
+            except ChannelError as exc:
+                channel.broker_closed(exc)
+                self.cond.notify_all()
+                return
             self.stats["published"] += 1
             targets = self._route(exchange, routing_key, properties.get("application_headers") or {})
             accepted = True
@@ -62,11 +75,34 @@ class BrokerCore(Declarations):
                 self.stats["unroutable"] += 1
                 if mandatory:
                     self.stats["returned"] += 1
-                    channel.post_return(312, "NO_ROUTE", exchange, routing_key, body, properties)
+                    channel.post_return(312, "NO_ROUTE", exchange, routing_key, body, properties, raw)
+                if seq is not None:
+                    channel.post_confirm(seq, True)
+                return
             for queue in targets:
-                accepted = self._enqueue(queue, Stored(body, properties, exchange, routing_key)) and accepted
+                stored = Stored(body, properties, exchange, routing_key, raw=raw, undecodable=undecodable)
+                accepted = self._enqueue(queue, stored) and accepted
             if seq is not None:
-                channel.post_confirm(seq, accepted)
+                channel.deferred.append((seq, accepted))
+
+    def _check_publish(self, exchange: str, expiration: Any) -> None:
+        method = spec.Basic.Publish
+        self.permissions.check("write", "exchange", exchange, method)
+        if exchange and self._exchange(exchange, method).internal:
+            raise AccessRefused(f"ACCESS_REFUSED - cannot publish to internal exchange '{exchange}' in vhost "
+                                f"'{self.vhost}'", method, reply_code=403)
+        if expiration is not None and not (isinstance(expiration, str) and expiration.isdigit()
+                                           and expiration.isascii()):
+            raise PreconditionFailed(f"PRECONDITION_FAILED - invalid expiration '{expiration}' for message",
+                                     method, reply_code=406)
+
+    def flush_confirms(self, connection: Any) -> None:
+        """Confirm the routed publishes of ``connection``'s channels: their queues have taken them."""
+        with self.lock:
+            for channel in list(getattr(connection, "channels", ())):
+                deferred = getattr(channel, "deferred", None)
+                while deferred:
+                    channel.post_confirm(*deferred.pop(0))
 
     def _route(self, exchange: str, routing_key: str, headers: dict[str, Any]) -> list[SimQueue]:
         if not exchange:
@@ -155,6 +191,7 @@ class BrokerCore(Declarations):
             method = spec.Basic.Consume
             queue = self._queue(queue_name, method)
             self._check_owner(queue, channel, method)
+            self.permissions.check("read", "queue", queue_name, method)
             if any(ref.exclusive for ref in queue.consumers) or (exclusive and queue.consumers):
                 raise AccessRefused(f"ACCESS_REFUSED - queue '{queue_name}' in vhost '{self.vhost}' in exclusive use",
                                     method, reply_code=403)
@@ -182,6 +219,7 @@ class BrokerCore(Declarations):
         with self.lock:
             queue = self._queue(queue_name, spec.Basic.Get)
             self._check_owner(queue, channel, spec.Basic.Get)
+            self.permissions.check("read", "queue", queue_name, spec.Basic.Get)
             now = self.clock.ms
             while queue.ready and queue.ready[0].expires_at is not None and queue.ready[0].expires_at <= now:
                 self.stats["expired"] += 1
@@ -263,17 +301,21 @@ class BrokerCore(Declarations):
         keys = [key] if key is not None else [message.routing_key]
         properties = dict(message.properties)
         expiration = properties.pop("expiration", None)
-        properties["application_headers"] = dead_letter_headers(
-            properties.get("application_headers"), queue=queue.name, reason=reason, exchange=message.exchange,
+        old = properties.get("application_headers")
+        headers = properties["application_headers"] = dead_letter_headers(
+            old if isinstance(old, dict) else None, queue=queue.name, reason=reason, exchange=message.exchange,
             routing_keys=[message.routing_key], now_ms=self.clock.ms, original_expiration=expiration)
-        headers = properties["application_headers"]  # already what a consumer decodes: no round trip
+        # RabbitMQ rewrites only these headers: every other keeps its bytes (and its type).
+        changed = {k: v for k, v in headers.items() if k == "x-death" or k.startswith("x-first-death-")}
+        raw = with_headers(message.raw, changed, drop=("expiration",))
         self.stats["dead_lettered"] += 1
         for routing_key in keys:
             for target in self._route(exchange, routing_key, headers):
                 if is_cycle(target.name, reason, headers):
                     self.stats["dropped"] += 1
                     continue
-                self._enqueue(target, Stored(message.body, properties, exchange, routing_key))
+                self._enqueue(target, Stored(message.body, properties, exchange, routing_key, raw=raw,
+                                             undecodable=message.undecodable))
 
 
 def _expiration_ms(properties: dict[str, Any]) -> Optional[int]:
