@@ -77,6 +77,7 @@ class Relay(ConsumerMixin):
         self.ready.set()
 
     def on_iteration(self) -> None:
+        self.core.tick()
         if self.report_every is not None and time.monotonic() - self._last_report >= self.report_every:
             self._last_report = time.monotonic()
             logger.info(I_COUNTERS, self.counters.as_dict())
@@ -91,6 +92,7 @@ class Relay(ConsumerMixin):
                 continue
             except Exception:  # noqa: BLE001 - a dying connection: the broker requeues what is left
                 break
+        self.core.close()
         logger.info(I_COUNTERS, self.counters.as_dict())
 
     def stop(self) -> None:
