@@ -43,6 +43,8 @@ MAX_REFUSALS = 5
 #: Seconds before a park or hop the broker did not take is tried again; doubling, up to BACKOFF_MAX.
 BACKOFF_FIRST = 1.0
 BACKOFF_MAX = 60.0
+#: The most characters of a parking reason (it quotes what the message held).
+MAX_REASON = 1000
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -128,6 +130,7 @@ class Settlement:
     def _park(self, job: Job, reason: str, *, raw_only: bool = False) -> None:
         """Park ``job``'s message with ``reason``: its properties as they are, or as raw bytes when no
         client could read them."""
+        reason = escape(reason, limit=MAX_REASON)
         job.malformed = reason.startswith("malformed")
         at = int(self.clock() * 1000)
         park_id = f"{self._park_prefix}.{next(self._park_ids)}"

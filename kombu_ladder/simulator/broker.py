@@ -102,6 +102,13 @@ class SimulatedBroker(BrokerCore):
         self.relays.append(relay)
         return relay
 
+    def set_permissions(self, *, configure: str = ".*", write: str = ".*", read: str = ".*") -> None:
+        """Give the simulated user these permission regexps, as ``rabbitmqctl set_permissions`` does."""
+        from .permissions import Permissions
+
+        with self.lock:
+            self.permissions = Permissions(self.vhost, configure, write, read)
+
     def close(self) -> None:
         """Stop the relays this broker started and close every connection to it."""
         for relay in self.relays:

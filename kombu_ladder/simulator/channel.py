@@ -364,7 +364,7 @@ class Channel(virtual.Channel):
         if got is None:
             return None
         tag, stored, left = got
-        raw = self._raw(stored.body, stored.properties)
+        raw = self._content(stored)
         raw.delivery_info = {"delivery_tag": tag, "redelivered": stored.redelivered,
                              "exchange": stored.exchange, "routing_key": stored.routing_key, "message_count": left}
         return raw

@@ -63,7 +63,7 @@ class BrokerCore(Declarations):
             seq = channel.next_publish_seq() if channel.confirm else None
             properties, undecodable = decode_raw(raw)
             try:
-                self._check_publish(exchange, properties.get("expiration"))
+                self._check_publish(exchange, properties.get("expiration"), properties.get("user_id"))
             except ChannelError as exc:
                 channel.broker_closed(exc)
                 self.cond.notify_all()
@@ -85,8 +85,11 @@ class BrokerCore(Declarations):
             if seq is not None:
                 channel.deferred.append((seq, accepted))
 
-    def _check_publish(self, exchange: str, expiration: Any) -> None:
+    def _check_publish(self, exchange: str, expiration: Any, user_id: Any) -> None:
         method = spec.Basic.Publish
+        if user_id is not None and user_id != self.permissions.user:
+            raise PreconditionFailed(f"PRECONDITION_FAILED - user_id property set to '{user_id}' but authenticated "
+                                     f"user was '{self.permissions.user}'", method, reply_code=406)
         self.permissions.check("write", "exchange", exchange, method)
         if exchange and self._exchange(exchange, method).internal:
             raise AccessRefused(f"ACCESS_REFUSED - cannot publish to internal exchange '{exchange}' in vhost "
