@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import re
 import uuid
 from collections import deque
 from typing import Any, Callable, Optional, TypeVar
@@ -45,6 +46,23 @@ BACKOFF_FIRST = 1.0
 BACKOFF_MAX = 60.0
 #: The most characters of a parking reason (it quotes what the message held).
 MAX_REASON = 1000
+
+#: RabbitMQ's reply to a publish over ``max_message_size`` (the sizes are the body's).
+_OVERSIZE = re.compile(r"message size (\d+) is larger than (?:configured )?max size (\d+)")
+
+
+def _names(text: str, exchange: str) -> bool:
+    """Whether a broker's reply text is about ``exchange`` (RabbitMQ names the default one amq.default)."""
+    return f"exchange '{exchange or 'amq.default'}' in vhost" in text
+
+
+def _fails_alike(culprit: Publish, text: str) -> Callable[[Publish], bool]:
+    """Which publishes the broker would refuse as it refused ``culprit``: to the same exchange, or as big."""
+    size = _OVERSIZE.search(text)
+    if size is not None:
+        limit = int(size.group(2))
+        return lambda publish: len(publish.job.body) > limit
+    return lambda publish: publish.exchange == culprit.exchange and _names(text, publish.exchange)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -92,7 +110,10 @@ class Settlement:
     _consume: Any
     _guard: Any
     _waiting: list[Publish]
+    #: While suspects are sent one at a time: every publish waiting its turn, suspects first.
     _careful: Optional["deque[Publish]"]
+    #: How many of ``_careful``'s first entries are suspects (in flight when the channel closed).
+    _suspects: int = 0
 
     _park_ids = itertools.count(1)
     _park_prefix = uuid.uuid4().hex[:12]
@@ -117,12 +138,16 @@ class Settlement:
                      publish.routing_key)
 
     def _next_careful(self) -> None:
+        """Send the next suspect alone; once none is left, pipeline again what queued up meanwhile."""
         careful = self._careful
         if careful is None or self.pending.sent:
             return
-        if not careful:
+        if self._suspects <= 0 or not careful:
             self._careful = None
+            for publish in careful:
+                self._send(publish)
             return
+        self._suspects -= 1
         publish = careful.popleft()
         if self.pending.submit(publish):
             self._transmit(publish)
@@ -284,6 +309,7 @@ class Settlement:
         if culprit is None:
             logger.error(E_UNATTRIBUTED, quote(text), len(lost))
             self._careful = deque([*lost, *held, *(self._careful or ())])
+            self._suspects = len(lost) + len(held)
             self._next_careful()
             return
         index = lost.index(culprit)
@@ -291,26 +317,34 @@ class Settlement:
             self._succeeded(publish)
         reason = f"unroutable: {escape(text)}"
         self._learn(culprit.exchange, text)
-        if culprit.kind == "park":
-            self._back_off(culprit, escape(text))
-        else:
-            self._park(culprit.job, reason)
-        for publish in [*lost[index + 1:], *held]:  # discarded by the broker: sent again
-            if publish.exchange == culprit.exchange and publish.kind == "deliver":
-                self._park(publish.job, reason)
-            else:
+        doomed = _fails_alike(culprit, text)
+        for publish in [culprit, *lost[index + 1:], *held]:  # the rest was dropped by the broker
+            if publish is not culprit and not doomed(publish):
                 self._send(publish)
+            elif publish.kind == "park":
+                self._back_off(publish, escape(text))
+            else:
+                self._park(publish.job, reason)
 
     def _culprit(self, lost: list[Publish], text: str, method: tuple[int, int], *,
                  careful: bool) -> Optional[Publish]:
-        """The publish that made the broker close the channel: RabbitMQ names its exchange."""
+        """The publish that made the broker close the channel.
+
+        RabbitMQ handles a channel's publishes in order and drops all after the
+        one it refuses, whose exchange (or, over ``max_message_size``, whose
+        body size) its reply text names: the first unconfirmed publish that fits
+        is the culprit. When sending one at a time, the one in flight is.
+        """
         if careful and len(lost) == 1:
             return lost[0]
         if method != (60, 40):  # basic.publish
             return None
+        size = _OVERSIZE.search(text)
         for publish in lost:
-            name = publish.exchange or "amq.default"
-            if f"exchange '{name}' in vhost" in text:
+            if size is not None:
+                if len(publish.job.body) == int(size.group(1)):
+                    return publish
+            elif _names(text, publish.exchange):
                 return publish
         return None
 

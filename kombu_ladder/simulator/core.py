@@ -26,6 +26,8 @@ class BrokerCore(Declarations):
 
     def __init__(self, clock: VirtualClock, *, vhost: str = "/", record: bool = True, expiry_lag: int = 0) -> None:
         self.clock = clock
+        #: RabbitMQ's ``max_message_size`` (bytes of body): a bigger publish closes the channel (406).
+        self.max_message_size = 128 * 1024 * 1024
         #: Milliseconds a message with a TTL expires after it is due (RabbitMQ: a few ms).
         self.expiry_lag = expiry_lag
         self.vhost = vhost
@@ -63,6 +65,10 @@ class BrokerCore(Declarations):
             seq = channel.next_publish_seq() if channel.confirm else None
             properties, undecodable = decode_raw(raw)
             try:
+                if len(body) > self.max_message_size:
+                    raise PreconditionFailed(f"PRECONDITION_FAILED - message size {len(body)} is larger than "
+                                             f"configured max size {self.max_message_size}", spec.Basic.Publish,
+                                             reply_code=406)
                 self._check_publish(exchange, properties.get("expiration"), properties.get("user_id"))
             except ChannelError as exc:
                 channel.broker_closed(exc)
