@@ -1,4 +1,4 @@
-"""Whether the relay may publish to a target: names checked here, exchanges asked on a side connection and remembered."""
+"""Whether the relay may publish to a target: names checked here, exchanges asked on a side connection."""
 
 from __future__ import annotations
 

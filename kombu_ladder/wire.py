@@ -1,4 +1,4 @@
-"""AMQP 0-9-1 content headers as bytes: read and rebuild basic properties and header tables, decoding only what is asked.
+"""AMQP 0-9-1 content headers as bytes: basic properties and header tables read and rebuilt, decoded only on demand.
 
 The relay passes messages on. Decoding every header and encoding it again
 changes types (py-amqp reads a ``float`` and writes a ``double``), fails on
@@ -284,8 +284,8 @@ def _problem(props: Properties, max_depth: int) -> Optional[str]:
         return None
     # (buffer, offset, end, depth, is_table): the tables and arrays still to look through.
     stack: list[tuple[bytes, int, int, int, bool]] = []
-    for name, item in props.headers:
-        if not _utf8(name):
+    for key, item in props.headers:
+        if not _utf8(key):
             return "a header name is not valid UTF-8"
         stack.append((item, 0, len(item), 1, False))
     while stack:

@@ -53,12 +53,12 @@ def _short(data: bytes) -> bytes:
     return bytes((len(data),)) + data
 
 
-def S(value: Any) -> bytes:
+def text(value: Any) -> bytes:
     data = value if isinstance(value, bytes) else str(value).encode()
     return b"S" + struct.pack(">I", len(data)) + data
 
 
-def L(value: int) -> bytes:
+def long64(value: int) -> bytes:
     return b"l" + struct.pack(">q", value)
 
 
@@ -66,12 +66,12 @@ def table(items: list[tuple[bytes, bytes]]) -> bytes:
     return b"".join(_short(name) + item for name, item in items)
 
 
-def F(items: list[tuple[bytes, bytes]]) -> bytes:
+def ftable(items: list[tuple[bytes, bytes]]) -> bytes:
     body = table(items)
     return b"F" + struct.pack(">I", len(body)) + body
 
 
-def A(items: list[bytes]) -> bytes:
+def farray(items: list[bytes]) -> bytes:
     body = b"".join(items)
     return b"A" + struct.pack(">I", len(body)) + body
 
@@ -107,15 +107,16 @@ def schedule(now_ms: int, *, exchange: Any = "", routing_key: Any = VALID_QUEUE,
              content_type: Any = "text/plain", due: Any = None) -> list[tuple[bytes, bytes]]:
     """The four x-schedule-* headers of a message due a second ago (each overridable with raw items)."""
     def item(value: Any) -> bytes:
-        return value if isinstance(value, bytes) and value[:1] in (b"S", b"l", b"F", b"A", b"T") else S(value)
+        return value if isinstance(value, bytes) and value[:1] in (b"S", b"l", b"F", b"A", b"T") else text(value)
     return [(TARGET_EXCHANGE.encode(), item(exchange)), (TARGET_ROUTING_KEY.encode(), item(routing_key)),
-            (DUE_AT.encode(), due if due is not None else L(now_ms - 1000)), (CONTENT_TYPE.encode(), item(content_type))]
+            (DUE_AT.encode(), due if due is not None else long64(now_ms - 1000)),
+            (CONTENT_TYPE.encode(), item(content_type))]
 
 
 def nested(depth: int, kind: str) -> bytes:
-    item = S("bottom")
+    item = text("bottom")
     for _ in range(depth):
-        item = F([(b"d", item)]) if kind == "F" else A([item])
+        item = ftable([(b"d", item)]) if kind == "F" else farray([item])
     return item
 
 
@@ -147,7 +148,7 @@ class Case:
 
 def valid(n: int, now_ms: int) -> Case:
     """A valid message, due, for :data:`VALID_QUEUE`."""
-    return Case(f"valid {n}", properties(schedule(now_ms) + [(b"n", L(n))], content_type="text/plain",
+    return Case(f"valid {n}", properties(schedule(now_ms) + [(b"n", long64(n))], content_type="text/plain",
                                          delivery_mode=2), f"valid-{n}".encode(), VALID_QUEUE)
 
 
@@ -168,11 +169,11 @@ def cases(now_ms: int) -> list[Case]:
         msg("routing key of 129 two-byte characters", sched(routing_key="é" * 129), "park", "258 bytes"),
         msg("exchange name of 256 bytes", sched(exchange="x" * 256), "park", "x-schedule-exchange"),
         msg("content type header of 256 bytes", sched(content_type="t" * 256), "park", "x-schedule-content-type"),
-        msg("content type header not UTF-8", sched(content_type=S(b"text/\xff")), "park", "not valid UTF-8"),
-        msg("compression header on a body not compressed", passing() + [(b"compression", S("application/x-gzip"))],
+        msg("content type header not UTF-8", sched(content_type=text(b"text/\xff")), "park", "not valid UTF-8"),
+        msg("compression header on a body not compressed", passing() + [(b"compression", text("application/x-gzip"))],
             PASS_QUEUE, body=b"not compressed at all"),
-        msg("unknown compression codec", passing() + [(b"compression", S("application/x-unheard-of"))], PASS_QUEUE),
-        msg("compression bomb", passing() + [(b"compression", S("application/x-gzip"))], PASS_QUEUE, body=bomb()),
+        msg("unknown compression codec", passing() + [(b"compression", text("application/x-unheard-of"))], PASS_QUEUE),
+        msg("compression bomb", passing() + [(b"compression", text("application/x-gzip"))], PASS_QUEUE, body=bomb()),
         msg("header table nested 500 deep", sched() + [(b"deep", nested(500, "F"))], "park", "nested deeper"),
         msg("header table nested 2,000 deep", sched() + [(b"deep", nested(2000, "F"))], "park", "nested deeper"),
         msg("header array nested 2,000 deep", sched() + [(b"deep", nested(2000, "A"))], "park", "nested deeper"),
@@ -180,11 +181,11 @@ def cases(now_ms: int) -> list[Case]:
             "timestamp"),
         msg("content_type property not UTF-8", sched(), "park", "content_type is not valid UTF-8",
             content_type=b"bad/\xff\xfe"),
-        msg("header name not UTF-8", sched() + [(b"\xffname", S("v"))], "park", "header name is not valid UTF-8"),
+        msg("header name not UTF-8", sched() + [(b"\xffname", text("v"))], "park", "header name is not valid UTF-8"),
         # Silent loss: the same body twice to a headers exchange, one routable, one not.
-        msg("headers exchange, route=yes", sched(exchange=HEADERS_EXCHANGE, routing_key="") + [(b"route", S("yes"))],
+        msg("headers exchange, route=yes", sched(exchange=HEADERS_EXCHANGE, routing_key="") + [(b"route", text("yes"))],
             HEADERS_QUEUE, body=b"same"),
-        msg("headers exchange, route=no", sched(exchange=HEADERS_EXCHANGE, routing_key="") + [(b"route", S("no"))],
+        msg("headers exchange, route=no", sched(exchange=HEADERS_EXCHANGE, routing_key="") + [(b"route", text("no"))],
             "park", "NO_ROUTE", body=b"same"),
         # Loops: targets that close the channel.
         msg("internal exchange", sched(exchange="amq.rabbitmq.trace", routing_key="k"), "park", "internal"),
@@ -195,12 +196,12 @@ def cases(now_ms: int) -> list[Case]:
         msg("missing exchange with ANSI escapes in its name", sched(exchange="hostile.\x1b[31mred\x1b[0m",
                                                                   routing_key="k"), "park", "\\x1b[31mred"),
         # Ambiguity and bulk.
-        msg("x-schedule-due-at given twice", sched() + [(DUE_AT.encode(), L(now_ms + 10**9))], "park",
+        msg("x-schedule-due-at given twice", sched() + [(DUE_AT.encode(), long64(now_ms + 10**9))], "park",
             "more than once"),
-        msg("due-at of 5,000 digits", sched(due=S("9" * 5000)), "park", "more)"),
-        msg("target exchange given as a table", sched(exchange=F([(b"a", S("b"))])), "park", "not a string"),
+        msg("due-at of 5,000 digits", sched(due=text("9" * 5000)), "park", "more)"),
+        msg("target exchange given as a table", sched(exchange=ftable([(b"a", text("b"))])), "park", "not a string"),
         msg("no headers at all", None, "park", "no headers"),
-        msg("expiring malformed message", [(b"x-schedule-due-at", S("soon"))], "park", "x-schedule-due-at",
+        msg("expiring malformed message", [(b"x-schedule-due-at", text("soon"))], "park", "x-schedule-due-at",
             expiration="60000"),
         # Odd but deliverable: passed on with their bytes.
         # RabbitMQ refuses a publish whose user_id is not the publisher's own (406 closes the channel):
@@ -210,8 +211,8 @@ def cases(now_ms: int) -> list[Case]:
                                                                   (b"s", b"s" + struct.pack(">h", -2)),
                                                                   (b"x", b"x" + struct.pack(">I", 2) + b"\x00\xff")],
             PASS_QUEUE),
-        msg("forged x-death and junk delivery mode", passing() + [(b"x-death", A([S("forged")])),
-                                                                  (b"x-ladder-delivery-mode", S("junk"))],
+        msg("forged x-death and junk delivery mode", passing() + [(b"x-death", farray([text("forged")])),
+                                                                  (b"x-ladder-delivery-mode", text("junk"))],
             PASS_QUEUE),
         msg("priority 255 and a content encoding no codec knows", passing(), PASS_QUEUE, priority=255,
             content_encoding="x-no-such-codec", body=b"\xff\xfe raw"),

@@ -22,7 +22,7 @@ from kombu import Connection
 from rabbit_helpers import fresh_vhost, vhost_url  # noqa: F401 - fresh_vhost is a fixture
 
 from kombu_ladder import Relay, declare
-from kombu_ladder.contract import CONTROL, PARKING
+from kombu_ladder.contract import CONTROL
 from kombu_ladder.simulator import SimulatedBroker
 
 #: How long (seconds; virtual on the simulator) the relay may take over the whole corpus.

@@ -1,4 +1,4 @@
-"""Hostile situations around the relay, on RabbitMQ and on the simulator: what it must survive without loss or duplicate.
+"""Hostile situations around the relay, on RabbitMQ and the simulator: survived without loss or duplicate.
 
 Parking into a deleted parking queue, parking that cannot succeed, an exchange deleted
 inside the exchange check's trust window, an internal exchange no check reveals,

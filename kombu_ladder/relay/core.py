@@ -12,10 +12,11 @@ from ..contract import CONTROL, EXCHANGE, PARKING, PREFETCH
 from ..envelope import Deliver, Hop, Park, decide
 from ..text import escape, quote
 from . import link, outgoing
+from .closes import ChannelCloses
 from .counters import AllowList, Counters
 from .notices import Notices
 from .pending import Job, Pending, Publish
-from .settle import CONNECTION_ERRORS, MAX_REFUSALS, Settlement, guarded
+from .settle import CONNECTION_ERRORS, MAX_REFUSALS, guarded
 
 __all__ = ["RelayCore", "RelayConsumer"]
 
@@ -24,7 +25,7 @@ logger = logging.getLogger("kombu_ladder.relay")
 E_MESSAGE = "the relay failed on a message (delivery tag %s); parking it"
 
 
-class RelayCore(Settlement):
+class RelayCore(ChannelCloses):
     """The relay's logic on one connection, independent of how it is driven.
 
     :meth:`consumer` takes the channel to consume ``acemq.schedule.due`` on and

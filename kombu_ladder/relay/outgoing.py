@@ -1,4 +1,4 @@
-"""The encoded properties of what the relay publishes, made from what arrived by removing and adding headers only (no I/O)."""
+"""The encoded properties of what the relay publishes: what arrived, with headers removed and added only (no I/O)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,10 @@
-"""What the broker says about the relay's publishes (acks, nacks, returns, channel closes) and what the relay does then."""
+"""What the broker says about the relay's publishes (acks, nacks, returns) and what the relay does then."""
 
 from __future__ import annotations
 
 import functools
 import itertools
 import logging
-import re
 import uuid
 from collections import deque
 from typing import Any, Callable, Optional, TypeVar
@@ -28,9 +27,6 @@ logger = logging.getLogger("kombu_ladder.relay")
 W_PARKED = "parked a message: %s"
 W_REFUSED = "the broker refused (nack) a delivery to %s/%s; trying again in %.0f s (refusal %d of at most %d)"
 W_BACKOFF = "the broker did not take a %s publish (%s); trying again in %.0f s, the message stays unacked"
-W_CLOSED = "the broker closed the relay's %s channel: %s"
-E_UNATTRIBUTED = ("cannot tell which publish made the broker close the channel (%s); sending the %d publish(es) "
-                  "in flight again one at a time (those the broker had taken are delivered twice)")
 E_UNMATCHED = "a returned message matches no publish in flight; parking the returned copy: %s"
 E_HANDLER = "the relay failed while handling %s (it keeps running; the message(s) concerned stay unacked)"
 
@@ -46,23 +42,6 @@ BACKOFF_FIRST = 1.0
 BACKOFF_MAX = 60.0
 #: The most characters of a parking reason (it quotes what the message held).
 MAX_REASON = 1000
-
-#: RabbitMQ's reply to a publish over ``max_message_size`` (the sizes are the body's).
-_OVERSIZE = re.compile(r"message size (\d+) is larger than (?:configured )?max size (\d+)")
-
-
-def _names(text: str, exchange: str) -> bool:
-    """Whether a broker's reply text is about ``exchange`` (RabbitMQ names the default one amq.default)."""
-    return f"exchange '{exchange or 'amq.default'}' in vhost" in text
-
-
-def _fails_alike(culprit: Publish, text: str) -> Callable[[Publish], bool]:
-    """Which publishes the broker would refuse as it refused ``culprit``: to the same exchange, or as big."""
-    size = _OVERSIZE.search(text)
-    if size is not None:
-        limit = int(size.group(2))
-        return lambda publish: len(publish.job.body) > limit
-    return lambda publish: publish.exchange == culprit.exchange and _names(text, publish.exchange)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -95,9 +74,8 @@ class Settlement:
     * A nack of a delivery is retried after a back-off, a bounded number of
       times, then parked; a nacked park or hop is sent again after a back-off.
       The message is never acked before its publish is confirmed.
-    * A channel the broker closes because of one publish: that publish is
-      parked, the ones the broker had taken count as done, the ones it
-      discarded are sent again on a new channel.
+    * After a channel close nobody can attribute, the publishes that were in
+      flight are sent one at a time (see :mod:`~kombu_ladder.relay.closes`).
     """
 
     clock: Callable[[], float]
@@ -295,75 +273,6 @@ class Settlement:
         finally:
             link.close_quietly(channel)
 
-    # -- the broker closes a channel ----------------------------------------------------
-
-    @guarded("the broker closing the publishing channel")
-    def _publisher_closed(self, code: int, text: str, class_id: int, method_id: int) -> None:
-        careful = self._careful is not None
-        link.discard(self._publisher)
-        self._publisher = None
-        lost, held = self.pending.lose_channel()
-        culprit = self._culprit(lost, text, (class_id, method_id), careful=careful)
-        logger.warning(W_CLOSED, "publishing", quote(text))
-        self._open_publisher()
-        if culprit is None:
-            logger.error(E_UNATTRIBUTED, quote(text), len(lost))
-            self._careful = deque([*lost, *held, *(self._careful or ())])
-            self._suspects = len(lost) + len(held)
-            self._next_careful()
-            return
-        index = lost.index(culprit)
-        for publish in lost[:index]:  # the broker took these before it closed the channel
-            self._succeeded(publish)
-        reason = f"unroutable: {escape(text)}"
-        self._learn(culprit.exchange, text)
-        doomed = _fails_alike(culprit, text)
-        for publish in [culprit, *lost[index + 1:], *held]:  # the rest was dropped by the broker
-            if publish is not culprit and not doomed(publish):
-                self._send(publish)
-            elif publish.kind == "park":
-                self._back_off(publish, escape(text))
-            else:
-                self._park(publish.job, reason)
-
-    def _culprit(self, lost: list[Publish], text: str, method: tuple[int, int], *,
-                 careful: bool) -> Optional[Publish]:
-        """The publish that made the broker close the channel.
-
-        RabbitMQ handles a channel's publishes in order and drops all after the
-        one it refuses, whose exchange (or, over ``max_message_size``, whose
-        body size) its reply text names: the first unconfirmed publish that fits
-        is the culprit. When sending one at a time, the one in flight is.
-        """
-        if careful and len(lost) == 1:
-            return lost[0]
-        if method != (60, 40):  # basic.publish
-            return None
-        size = _OVERSIZE.search(text)
-        for publish in lost:
-            if size is not None:
-                if len(publish.job.body) == int(size.group(1)):
-                    return publish
-            elif _names(text, publish.exchange):
-                return publish
-        return None
-
-    def _learn(self, exchange: str, text: str) -> None:
-        learn = getattr(self.exchange_check, "learn", None)
-        if learn is not None and exchange:
-            internal = "internal exchange" in text
-            learn(exchange, quote(text), ttl=getattr(self.exchange_check, "ttl", None) if internal else None)
-
-    @guarded("the broker closing the consuming channel")
-    def _consume_closed(self, code: int, text: str, class_id: int, method_id: int) -> None:
-        """The broker took back every message the relay held: forget them and consume again."""
-        logger.warning(W_CLOSED, "consuming", quote(text))
-        link.discard(self._consume)
-        self._consume = None
-        self.pending.forget_jobs()
-        self._waiting.clear()
-        self._open_consumer(link.sibling(self._publisher))
-
     # -- time -------------------------------------------------------------------------
 
     def _due_again(self, now: float) -> None:
@@ -373,9 +282,3 @@ class Settlement:
         self._waiting = [p for p in self._waiting if p.due > now]
         for publish in due:
             self._send(publish)
-
-    def _open_publisher(self) -> None:
-        raise NotImplementedError
-
-    def _open_consumer(self, channel: Any) -> None:
-        raise NotImplementedError
