@@ -135,7 +135,8 @@ class RelayCore(ChannelCloses):
     @guarded("a tick")
     def tick(self) -> None:
         """Send again what waited for its back-off; write the log summaries that are due."""
-        self._due_again(self.clock())
+        if self._waiting:
+            self._due_again(self.clock())
         self.notices.flush()
 
     # -- one expired message -------------------------------------------------------------
@@ -165,10 +166,10 @@ class RelayCore(ChannelCloses):
         if problem is not None:
             return self._park(job, f"malformed: {problem}; its properties are kept as bytes", raw_only=True)
         job.props = props
-        repeated = outgoing.twice(props)
+        job.headers, properties = outgoing.views(props)
+        repeated = outgoing.twice(props, job.headers)
         if repeated is not None:
             return self._park(job, f"malformed: header {repeated} is given more than once")
-        job.headers, properties = outgoing.views(props)
         decision = decide(job.headers, properties, int(self.clock() * 1000), allow_exchange=self.allow)
         if isinstance(decision, Deliver) and decision.exchange and self.exchange_check is not None:
             # A publish the broker refuses outright (a missing exchange, one the relay may not

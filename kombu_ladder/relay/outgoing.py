@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator, Mapping
 from typing import Any, Optional
 
 from .. import wire
@@ -17,7 +18,7 @@ from ..envelope import (
 )
 from ..parking import PARKED_ID, RAW_PROPERTIES
 
-__all__ = ["views", "twice", "delivery", "hop", "retry", "park", "quarantine", "refusals"]
+__all__ = ["Headers", "views", "twice", "delivery", "hop", "retry", "park", "quarantine", "refusals"]
 
 #: Headers a delivery never carries: the schedule's, this library's local ones.
 _NOT_DELIVERED = frozenset((*SCHEDULE_HEADERS, *LOCAL_HEADERS))
@@ -34,20 +35,50 @@ def _name(name: bytes) -> str:
     return name.decode("utf-8", "surrogateescape")
 
 
-def views(props: wire.Properties) -> tuple[Optional[dict[str, Any]], dict[str, Any]]:
-    """Return the headers (top level decoded, tables and arrays left encoded) and properties as plain values.
+class Headers(Mapping[str, Any]):
+    """A header table's top level, each value decoded when first looked at (tables and arrays stay
+    encoded, as :class:`~kombu_ladder.wire.Nested`); a name given twice holds its last value, as
+    py-amqp reads it."""
+
+    __slots__ = ("_items", "_decoded")
+
+    def __init__(self, table: wire.Table) -> None:
+        self._items = {_name(n): item for n, item in table}
+        self._decoded: dict[str, Any] = {}
+
+    def __getitem__(self, key: str) -> Any:
+        try:
+            return self._decoded[key]
+        except KeyError:
+            value = self._decoded[key] = wire.decode(self._items[key])
+            return value
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+def views(props: wire.Properties) -> tuple[Optional[Headers], dict[str, Any]]:
+    """Return the headers (see :class:`Headers`) and the other properties as plain values.
 
     Call only on properties :func:`kombu_ladder.wire.problem` accepted: their
     strings are UTF-8.
     """
-    headers = None if props.headers is None else {_name(n): wire.decode(item) for n, item in props.headers}
+    headers = None if props.headers is None else Headers(props.headers)
     fields = {k: (v.decode("utf-8") if isinstance(v, bytes) else v) for k, v in props.fields.items()}
     return headers, fields
 
 
-def twice(props: wire.Properties) -> Optional[str]:
+def twice(props: wire.Properties, headers: Optional[Headers]) -> Optional[str]:
     """Name a header the relay reads that the message carries more than once, or return None."""
-    counts = Counter(_name(n) for n, _ in props.headers or ())
+    if headers is None or props.headers is None or len(headers) == len(props.headers):
+        return None
+    counts = Counter(_name(n) for n, _ in props.headers)
     return next((name for name in _READ if counts[name] > 1), None)
 
 
@@ -61,7 +92,7 @@ def _carried(props: wire.Properties) -> dict[str, Any]:
     return {k: v for k, v in props.fields.items() if k in CARRIED_PROPERTIES}
 
 
-def delivery(props: wire.Properties, headers: dict[str, Any]) -> bytes:
+def delivery(props: wire.Properties, headers: Mapping[str, Any]) -> bytes:
     """What a delivery carries: the carried properties, the content type and delivery mode the
     publisher chose, and every header but the schedule's, the local and the death headers."""
     fields = _carried(props)
@@ -116,7 +147,7 @@ def quarantine(raw: bytes, *, reason: str, at: int, park_id: str) -> bytes:
     return wire.write_properties(wire.Properties({"delivery_mode": 2}, headers))
 
 
-def refusals(headers: Optional[dict[str, Any]]) -> int:
+def refusals(headers: Optional[Mapping[str, Any]]) -> int:
     """How many times the broker refused to take this message before (``x-ladder-refusals``)."""
     value = (headers or {}).get(REFUSALS)
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0

@@ -24,8 +24,8 @@ class Job:
     raw: bytes
     #: Its parsed properties (a :class:`kombu_ladder.wire.Properties`), once read.
     props: Any = None
-    #: Its header table as decoded values (see :func:`kombu_ladder.relay.outgoing.views`).
-    headers: Optional[dict[str, Any]] = None
+    #: Its header table, decoded on demand (see :func:`kombu_ladder.relay.outgoing.views`).
+    headers: Any = None
     #: The publish that will settle it (a delivery, hop, retry or park).
     publish: Optional["Publish"] = None
     #: Its publish was confirmed: it may be acked.
