@@ -18,7 +18,7 @@ from backends import SimulatorBackend
 from conftest import purge
 from kombu import Connection
 
-from kombu_ladder import Relay, declare
+from kombu_ladder import LadderProducer, Relay, declare
 from kombu_ladder.contract import CONTROL, PARKING
 from kombu_ladder.relay import RelayCore
 
@@ -301,3 +301,23 @@ def test_a_relay_keeps_its_connection_guard_to_its_own_channels(broker_url: str)
             message = other.basic_get(corpus.VALID_QUEUE, no_ack=True)
         assert message is not None and message.headers == {"k": "v"} and message.content_type == "text/plain"
         core.close()
+
+
+@pytest.mark.parametrize("target,problem", [
+    ({"routing_key": "k" * 256}, "routing_key 'kkk"),
+    ({"routing_key": "é" * 128}, "256 bytes of UTF-8"),
+    ({"exchange": "x" * 300, "routing_key": "k"}, "exchange 'xxx"),
+    ({"exchange": "amq.rabbitmq.trace", "routing_key": "k"}, "internal to RabbitMQ"),
+])
+def test_our_producer_refuses_at_publish_what_the_relay_would_park(target: dict[str, str], problem: str) -> None:
+    """A message our own producer sends is refused when it is published, not parked hours later."""
+    backend = SimulatorBackend()
+    try:
+        with backend.connection() as conn:
+            producer = LadderProducer(conn.default_channel, clock=backend.clock)
+            with pytest.raises(ValueError, match="cannot be delivered to") as refused:
+                producer.publish(b"x", countdown=3600, **target)
+            assert problem in str(refused.value)
+            assert backend.broker.depth("acemq.schedule.1h") == 0
+    finally:
+        backend.close()
