@@ -321,3 +321,30 @@ def test_our_producer_refuses_at_publish_what_the_relay_would_park(target: dict[
             assert backend.broker.depth("acemq.schedule.1h") == 0
     finally:
         backend.close()
+
+
+def test_properties_that_fill_a_frame_never_close_the_connection() -> None:
+    """Properties within a few bytes of frame_max: the park's extra headers would not fit in one frame,
+    and RabbitMQ closes the whole connection on a bigger one. The message stays unacked, never lost;
+    one that can be delivered (its schedule headers removed) is delivered."""
+    backend = SimulatorBackend()
+    try:
+        with backend.connection() as conn:
+            channel = conn.channel()
+            declare(channel)
+            corpus.declare_targets(channel)
+            relay = backend.broker.relay()
+            now = backend.broker.now_ms
+            pad = 131072 - 20 - 40
+            fat_bad = corpus.Case("fat", corpus.properties([(b"pad", corpus.text("p" * pad))]), b"fat malformed", "")
+            fat_ok = corpus.Case("fat ok", corpus.properties(corpus.schedule(now) + [(b"pad", corpus.text(
+                "p" * (pad - 150)))], delivery_mode=2), b"fat valid", "")
+            for case in (corpus.valid(0, now), fat_bad, fat_ok, corpus.valid(1, now)):
+                corpus.publish(channel, case)
+            backend.wait_until(lambda: relay.counters.delivered == 3 and held(relay), 20, "the others delivered")
+            backend.wait_until(lambda: held(relay)[0].attempts >= 2, 20, "the fat one backing off")
+            assert held(relay)[0].body == b"fat malformed" and relay.counters.parked == 0
+            assert bodies(channel, corpus.VALID_QUEUE) == Counter([b"valid-0", b"valid-1", b"fat valid"])
+            assert not relay.connection.connection.closed, "the relay's connection is still up"
+    finally:
+        backend.close()

@@ -11,7 +11,7 @@ from amqp.basic_message import Message as AmqpMessage
 from amqp.channel import Channel as AmqpChannel
 from amqp.exceptions import RecoverableConnectionError
 
-__all__ = ["RawMessage", "Guard", "guard_of", "sibling", "publish", "discard", "close_quietly"]
+__all__ = ["RawMessage", "Guard", "guard_of", "max_properties", "sibling", "publish", "discard", "close_quietly"]
 
 E_TRANSPORT = ("the ladder relay runs on py-amqp (amqp:// or pyamqp:// URLs) or on the simulator "
                "(ladder-sim://), not on the {!r} transport")
@@ -120,6 +120,20 @@ def guard_of(channel: Any) -> Guard:
             connection.guard = Guard()
         return connection.guard  # type: ignore[no-any-return]
     raise TypeError(E_TRANSPORT.format(type(connection).__module__))
+
+
+#: Bytes of a content-header frame besides the properties: frame header and end (8), class,
+#: weight and body size (12).
+_HEADER_OVERHEAD = 20
+
+
+def max_properties(channel: Any) -> int:
+    """The most bytes of encoded properties one publish on ``channel``'s connection may carry.
+
+    They travel in a single frame, so the negotiated ``frame_max`` bounds them;
+    a bigger one makes the broker close the whole connection (FRAME_ERROR).
+    """
+    return int(getattr(channel.connection, "frame_max", 131072)) - _HEADER_OVERHEAD
 
 
 def sibling(channel: Any) -> Any:

@@ -103,6 +103,11 @@ class Settlement:
         job = publish.job
         if job.tag >= 0 and self.pending.jobs.get(job.tag) is not job:
             return  # the consuming channel was lost: the broker gave the message back to the queue
+        if len(publish.raw) > link.max_properties(self._publisher):
+            # One frame carries the properties: a bigger one would make the broker close the
+            # connection, and the message would come back to do it again.
+            self._too_big(publish)
+            return
         job.publish = publish
         publish.seq = None
         if self._careful is not None:
@@ -218,6 +223,14 @@ class Settlement:
         rung = choose_rung(round(delay * 1000))
         raw = outgoing.retry(job.props, due_at=now_ms + round(delay * 1000), refusals=refusals)
         self._send(Publish(job, "retry", EXCHANGE, rung_name(rung or 1), raw))
+
+    def _too_big(self, publish: Publish) -> None:
+        why = (f"its properties would be {len(publish.raw)} bytes, more than one frame of this connection "
+               f"holds ({link.max_properties(self._publisher)})")
+        if publish.kind == "park":
+            self._back_off(publish, why)  # not parkable either: it stays unacked, never lost
+        else:
+            self._park(publish.job, f"malformed: {why}")
 
     def _back_off(self, publish: Publish, why: str) -> None:
         """Send ``publish`` again later: the message stays unacked meanwhile."""

@@ -12,6 +12,7 @@ from amqp.basic_message import Message as AmqpMessage
 from amqp.exceptions import (
     AMQPNotImplementedError,
     ChannelError,
+    FrameError,
     MessageNacked,
     RecoverableConnectionError,
 )
@@ -190,7 +191,12 @@ class Channel(Inbound, virtual.Channel):
         for name in (exchange, routing_key):  # py-amqp packs them as short strings
             struct.pack("B", len(name.encode("utf-8", "surrogatepass")))
         body = body_bytes(msg.body, msg.properties)  # a str body sets content_encoding, as py-amqp does
-        self.broker.publish(self, body, msg._serialize_properties(), exchange, routing_key, mandatory=mandatory)
+        raw = msg._serialize_properties()
+        if len(raw) + 20 > self.connection.frame_max:  # one frame: RabbitMQ closes the connection
+            self.connection.client.release()
+            raise FrameError(f"FRAME_ERROR - content header of {len(raw) + 20} bytes over frame_max "
+                             f"{self.connection.frame_max}", spec.Basic.Publish, reply_code=501)
+        self.broker.publish(self, body, raw, exchange, routing_key, mandatory=mandatory)
 
     basic_publish = _basic_publish  # type: ignore[assignment]
 

@@ -52,6 +52,8 @@ class Transport(virtual.Transport):
         #: Drained by the broker itself during advance() (see SimulatedBroker.drive).
         self.driven = False
         self.closed = True
+        #: The largest frame, as RabbitMQ negotiates it by default (a content header is one frame).
+        self.frame_max = 131072
         #: What stands between this connection's frames and its channels, as on a py-amqp
         #: connection (see :func:`kombu_ladder.relay.link.guard_of`); None when nothing does.
         self.guard: Any = None
