@@ -348,3 +348,28 @@ def test_properties_that_fill_a_frame_never_close_the_connection() -> None:
             assert not relay.connection.connection.closed, "the relay's connection is still up"
     finally:
         backend.close()
+
+
+def test_a_core_takes_a_new_connection_after_the_old_one_is_lost() -> None:
+    """What a consumer loop does on reconnect: the same RelayCore, a channel on a new connection."""
+    backend = SimulatorBackend()
+    try:
+        with backend.connection() as conn:
+            channel = conn.channel()
+            declare(channel)
+            corpus.declare_targets(channel)
+            core = RelayCore(clock=backend.clock)
+            first = backend.broker.connection()
+            core.consumer(first.channel()).consume()
+            backend.broker.drive(first, tick=core.tick)
+            corpus.publish(channel, corpus.valid(0, backend.broker.now_ms))
+            backend.wait_until(lambda: core.counters.delivered == 1, 10, "a delivery on the first connection")
+            first.release()  # the connection is lost
+            second = backend.broker.connection()
+            core.consumer(second.channel()).consume()
+            backend.broker.drive(second)
+            corpus.publish(channel, corpus.valid(1, backend.broker.now_ms))
+            backend.wait_until(lambda: core.counters.delivered == 2, 10, "a delivery on the new connection")
+            assert bodies(channel, corpus.VALID_QUEUE) == Counter([b"valid-0", b"valid-1"])
+    finally:
+        backend.close()

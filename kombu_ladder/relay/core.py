@@ -82,6 +82,7 @@ class RelayCore(ChannelCloses):
     def consumer(self, channel: Any) -> "RelayConsumer":
         """Take ``channel`` to consume on; return the consumer (call ``consume()`` to start)."""
         self._consume = channel
+        self._publisher = None  # a new connection (after a reconnect): the old channels are gone
         self.pending = Pending()
         self._waiting = []
         self._careful = None
@@ -100,7 +101,7 @@ class RelayCore(ChannelCloses):
         self._open_consumer(self._consume)
 
     def _open_publisher(self) -> None:
-        channel = link.sibling(self._consume if self._publisher is None else self._publisher)
+        channel = link.sibling(self._consume)
         channel.confirm_select()
         channel.events["basic_ack"].add(self._on_ack)
         channel.events["basic_nack"].add(self._on_nack)
