@@ -12,16 +12,20 @@ from __future__ import annotations
 import functools
 import hashlib
 import struct
+import subprocess
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+import pytest
 from amqp import spec
 from amqp.basic_message import Message as AmqpMessage
 from amqp.channel import Channel as AmqpChannel
 from amqp.serialization import decode_properties_basic
+from rabbit_helpers import vhost_url
 
 from kombu_ladder.contract import CONTENT_TYPE, CONTROL, DUE_AT, PARKING, TARGET_EXCHANGE, TARGET_ROUTING_KEY
+from kombu_ladder.relay.link import RawMessage, guard_of
 
 __all__ = [
     "Case", "cases", "valid", "declare_targets", "publish", "take_raw", "decoded", "WRITE_PERMISSION",
@@ -236,20 +240,9 @@ def declare_targets(channel: Any) -> None:
     channel.basic_publish(AmqpMessage(b"filler"), exchange="", routing_key=FANOUT_FULL)
 
 
-class RawContent(AmqpMessage):
-    """A message sent with properties encoded by hand."""
-
-    def __init__(self, body: bytes, raw: bytes) -> None:
-        super().__init__(body)
-        self.raw = raw
-
-    def _serialize_properties(self) -> bytes:
-        return self.raw
-
-
 def publish(channel: Any, case: Case) -> None:
-    """Put ``case`` on the control queue, as a rung's expiry would."""
-    message = RawContent(case.body, case.raw)
+    """Put ``case`` on the control queue, as a rung's expiry would (its properties sent as encoded here)."""
+    message = RawMessage(case.body, case.raw)
     if isinstance(channel, AmqpChannel):
         channel.send_method(spec.Basic.Publish, "Bssbb", (0, "", CONTROL, False, False), message)
     else:
@@ -257,9 +250,8 @@ def publish(channel: Any, case: Case) -> None:
 
 
 def take_raw(channel: Any, queue: str) -> list[tuple[bytes, bytes]]:
-    """Take every message from ``queue`` as (encoded properties, body): nothing decoded, nothing inflated."""
-    from kombu_ladder.relay.link import guard_of  # the relay's own frame guard, reading raw headers
-
+    """Take every message from ``queue`` as (encoded properties, body): nothing decoded, nothing inflated
+    (read through the relay's own frame guard)."""
     guard = guard_of(channel)
     guard.watch(channel, lambda *args: None)
     out = []
@@ -339,6 +331,14 @@ def check_outcomes(channel: Any, ordered: list[Case]) -> list[str]:
     return all_reasons
 
 
+@pytest.fixture
+def corpus_url(fresh_vhost: str) -> str:
+    """A vhost of its own where guest may write everywhere but to the forbidden exchange (import it as a fixture)."""
+    subprocess.run(["rabbitmqctl", "-q", "set_permissions", "-p", fresh_vhost, "guest", ".*", WRITE_PERMISSION, ".*"],
+                   check=True, capture_output=True, timeout=60)
+    return vhost_url(fresh_vhost)
+
+
 def decoded(raw: bytes) -> dict[str, Any]:
     """Decode encoded properties as py-amqp does (every message the relay publishes must allow it)."""
     return decode_properties_basic(raw, 0)[0]
@@ -349,5 +349,5 @@ def fingerprint(body: bytes) -> str:
     return hashlib.sha256(body).hexdigest()[:16]
 
 
-__all__ += ["PARKING", "nested", "bomb", "properties", "schedule", "fingerprint", "RawContent", "interleaved",
-            "expected_depths", "check_outcomes"]
+__all__ += ["PARKING", "nested", "bomb", "properties", "schedule", "fingerprint", "interleaved",
+            "expected_depths", "check_outcomes", "corpus_url"]

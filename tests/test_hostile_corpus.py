@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import resource
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -18,8 +17,9 @@ from typing import Any, Callable
 import hostile_corpus as corpus
 import pytest
 from conftest import wait_for
+from hostile_corpus import corpus_url  # noqa: F401 - a fixture
 from kombu import Connection
-from rabbit_helpers import fresh_vhost, vhost_url  # noqa: F401 - fresh_vhost is a fixture
+from rabbit_helpers import fresh_vhost  # noqa: F401 - a fixture
 
 from kombu_ladder import Relay, declare
 from kombu_ladder.contract import CONTROL
@@ -66,15 +66,7 @@ def no_raw_control_characters(records: list[logging.LogRecord]) -> None:
 
 
 @pytest.fixture
-def corpus_url(fresh_vhost: str) -> str:  # noqa: F811
-    """A vhost of its own where guest may write everywhere but to the forbidden exchange."""
-    subprocess.run(["rabbitmqctl", "-q", "set_permissions", "-p", fresh_vhost, "guest", ".*",
-                    corpus.WRITE_PERMISSION, ".*"], check=True, capture_output=True, timeout=60)
-    return vhost_url(fresh_vhost)
-
-
-@pytest.fixture
-def relay_on(corpus_url: str) -> Iterator[Relay]:
+def relay_on(corpus_url: str) -> Iterator[Relay]:  # noqa: F811
     relay = Relay(Connection(corpus_url))
     thread = threading.Thread(target=relay.run, daemon=True)
     thread.start()
@@ -88,7 +80,7 @@ def relay_on(corpus_url: str) -> Iterator[Relay]:
 
 @pytest.mark.broker
 def test_the_standalone_relay_survives_the_corpus_and_seals_every_fate(
-    corpus_url: str, relay_on: Relay, caplog: pytest.LogCaptureFixture,
+    corpus_url: str, relay_on: Relay, caplog: pytest.LogCaptureFixture,  # noqa: F811
 ) -> None:
     caplog.set_level(logging.INFO)
     peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -14,6 +14,8 @@ from typing import Any, Iterator
 
 import hostile_corpus as corpus
 import pytest
+from amqp import spec
+from amqp.exceptions import PreconditionFailed
 from backends import SimulatorBackend
 from conftest import purge
 from kombu import Connection
@@ -144,7 +146,6 @@ def test_an_internal_exchange_no_check_reveals_closes_one_channel_and_nothing_el
     publishing channel. The culprit is parked, its neighbours delivered exactly once."""
     backend, runner, channel = relay
     if backend.name == "rabbitmq":  # py-amqp's exchange_declare has no ``internal``
-        from amqp import spec
         channel.send_method(spec.Exchange.Declare, "BssbbbbbF",
                             (0, "hostile.internal", "fanout", False, True, False, True, False, {}),
                             wait=spec.Exchange.DeclareOk)
@@ -193,94 +194,148 @@ def test_a_storm_to_one_missing_exchange_asks_the_broker_a_handful_of_times(rela
     assert depth(channel, PARKING) == 1000 and depth(channel, CONTROL) == 0
 
 
-def test_a_close_nobody_can_attribute_is_resolved_by_sending_one_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def simulated() -> Iterator[tuple[SimulatorBackend, Any]]:
+    """A simulated broker with the ladder and the corpus's targets declared: (backend, a channel)."""
+    backend = SimulatorBackend()
+    try:
+        with backend.connection() as conn:
+            channel = conn.channel()
+            declare(channel)
+            corpus.declare_targets(channel)
+            yield backend, channel
+    finally:
+        backend.close()
+
+
+def test_a_close_nobody_can_attribute_is_resolved_by_sending_one_at_a_time(
+    simulated: tuple[SimulatorBackend, Any], monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A channel close whose text names no exchange: what was in flight goes again one at a time,
     the culprit is found alone and parked, and nothing is lost (those the broker had taken may come twice)."""
-    backend = SimulatorBackend()
+    backend, channel = simulated
     broker = backend.broker
     check = type(broker)._check_publish
 
     def refuse_poison(self: Any, exchange: str, expiration: Any, user_id: Any) -> None:
         check(self, exchange, expiration, user_id)
         if exchange == "hostile.poison":
-            from amqp import spec
-            from amqp.exceptions import PreconditionFailed
             raise PreconditionFailed("PRECONDITION_FAILED - something unforeseen", spec.Basic.Publish, reply_code=406)
 
     monkeypatch.setattr(type(broker), "_check_publish", refuse_poison)
-    try:
-        with backend.connection() as conn:
-            channel = conn.channel()
-            declare(channel)
-            corpus.declare_targets(channel)
-            channel.exchange_declare("hostile.poison", "fanout", durable=True, auto_delete=False)
-            relay = broker.relay()
-            now = broker.now_ms
-            for n in range(AROUND):
-                corpus.publish(channel, corpus.valid(n, now))
-            corpus.publish(channel, to("hostile.poison", b"poison", now))
-            for n in range(AROUND, 2 * AROUND):
-                corpus.publish(channel, corpus.valid(n, now))
-            backend.wait_until(lambda: relay.counters.parked == 1 and not relay.core.pending.jobs, 30,
-                               "the poison parked, everything acked")
-            got = bodies(channel, corpus.VALID_QUEUE)
-            assert set(got) == {b"valid-%d" % n for n in range(2 * AROUND)} and max(got.values()) <= 2
-            assert bodies(channel, PARKING) == Counter([b"poison"])
-            assert relay.core._careful is None, "back to pipelining once the suspects are cleared"
-    finally:
-        backend.close()
+    channel.exchange_declare("hostile.poison", "fanout", durable=True, auto_delete=False)
+    relay = broker.relay()
+    now = broker.now_ms
+    for n in range(AROUND):
+        corpus.publish(channel, corpus.valid(n, now))
+    corpus.publish(channel, to("hostile.poison", b"poison", now))
+    for n in range(AROUND, 2 * AROUND):
+        corpus.publish(channel, corpus.valid(n, now))
+    backend.wait_until(lambda: relay.counters.parked == 1 and not relay.core.pending.jobs, 30,
+                       "the poison parked, everything acked")
+    got = bodies(channel, corpus.VALID_QUEUE)
+    assert set(got) == {b"valid-%d" % n for n in range(2 * AROUND)} and max(got.values()) <= 2
+    assert bodies(channel, PARKING) == Counter([b"poison"])
+    assert relay.core._careful is None, "back to pipelining once the suspects are cleared"
 
 
-def test_a_message_over_max_message_size_is_never_lost() -> None:
+def test_a_message_over_max_message_size_is_never_lost(simulated: tuple[SimulatorBackend, Any]) -> None:
     """Over RabbitMQ's max_message_size it can be neither delivered nor parked: it stays unacked, backing off."""
-    backend = SimulatorBackend()
+    backend, channel = simulated
     broker = backend.broker
-    try:
-        with backend.connection() as conn:
-            channel = conn.channel()
-            declare(channel)
-            corpus.declare_targets(channel)
-            relay = broker.relay()
-            now = broker.now_ms
-            corpus.publish(channel, corpus.valid(0, now))
-            big = corpus.Case("big", corpus.valid(1, now).raw, b"B" * 5000, "")
-            corpus.publish(channel, big)  # the broker took it when its limit was higher
-            broker.max_message_size = 4000
-            corpus.publish(channel, corpus.valid(2, now))
-            backend.wait_until(lambda: relay.counters.delivered == 2, 20, "the small ones delivered")
-            backend.wait_until(lambda: held(relay) and held(relay)[0].attempts >= 3, 60, "the big one backing off")
-            assert relay.counters.parked == 0 and bodies(channel, corpus.VALID_QUEUE) == Counter(
-                [b"valid-0", b"valid-2"])
-            broker.max_message_size = 128 * 1024 * 1024  # the operator raises the limit
-            backend.wait_until(lambda: not relay.core.pending.jobs, 120, "the big one parked at last")
-            [(raw, body)] = corpus.take_raw(channel, PARKING)
-            assert body == big.body and "message size 5000" in corpus.decoded(raw)["application_headers"][
-                "x-ladder-parked-reason"]
-            assert (relay.counters.delivered, relay.counters.parked) == (2, 1)
-    finally:
-        backend.close()
+    relay = broker.relay()
+    now = broker.now_ms
+    corpus.publish(channel, corpus.valid(0, now))
+    big = corpus.Case("big", corpus.valid(1, now).raw, b"B" * 5000, "")
+    corpus.publish(channel, big)  # the broker took it when its limit was higher
+    broker.max_message_size = 4000
+    corpus.publish(channel, corpus.valid(2, now))
+    backend.wait_until(lambda: relay.counters.delivered == 2, 20, "the small ones delivered")
+    backend.wait_until(lambda: held(relay) and held(relay)[0].attempts >= 3, 60, "the big one backing off")
+    assert relay.counters.parked == 0 and bodies(channel, corpus.VALID_QUEUE) == Counter([b"valid-0", b"valid-2"])
+    broker.max_message_size = 128 * 1024 * 1024  # the operator raises the limit
+    backend.wait_until(lambda: not relay.core.pending.jobs, 120, "the big one parked at last")
+    [(raw, body)] = corpus.take_raw(channel, PARKING)
+    assert body == big.body
+    assert "message size 5000" in corpus.decoded(raw)["application_headers"]["x-ladder-parked-reason"]
+    assert (relay.counters.delivered, relay.counters.parked) == (2, 1)
 
 
-def test_a_core_without_exchange_check_parks_a_missing_exchange_after_one_channel_close() -> None:
+def driven_core(backend: SimulatorBackend, connection: Any) -> RelayCore:
+    """A bare RelayCore consuming on ``connection``, which the simulator drives (no exchange check)."""
+    core = RelayCore(clock=backend.clock)
+    core.consumer(connection.channel()).consume()
+    backend.broker.drive(connection, tick=core.tick)
+    return core
+
+
+def test_a_core_without_exchange_check_parks_a_missing_exchange_after_one_channel_close(
+    simulated: tuple[SimulatorBackend, Any],
+) -> None:
     """RelayCore alone (no side connection): the 404 closes the publishing channel, never the consuming one."""
-    backend = SimulatorBackend()
-    try:
-        with backend.connection() as conn:
-            channel = conn.channel()
-            declare(channel)
-            corpus.declare_targets(channel)
-            core = RelayCore(clock=backend.clock)
-            consuming = conn.channel()
-            core.consumer(consuming).consume()
-            backend.broker.drive(conn, tick=core.tick)
-            now = backend.broker.now_ms
-            corpus.publish(channel, corpus.valid(0, now))
-            corpus.publish(channel, to("hostile.nope", b"nope", now))
-            corpus.publish(channel, corpus.valid(1, now))
-            backend.wait_until(lambda: core.counters.parked == 1 and core.counters.delivered == 2, 20, "settled")
-            assert core.channel is consuming, "the consuming channel survived"
-    finally:
-        backend.close()
+    backend, channel = simulated
+    core = driven_core(backend, backend.connection())
+    consuming = core.channel
+    now = backend.broker.now_ms
+    corpus.publish(channel, corpus.valid(0, now))
+    corpus.publish(channel, to("hostile.nope", b"nope", now))
+    corpus.publish(channel, corpus.valid(1, now))
+    backend.wait_until(lambda: core.counters.parked == 1 and core.counters.delivered == 2, 20, "settled")
+    assert core.channel is consuming, "the consuming channel survived"
+
+
+def test_a_core_takes_a_new_connection_after_the_old_one_is_lost(simulated: tuple[SimulatorBackend, Any]) -> None:
+    """What a consumer loop does on reconnect: the same RelayCore, a channel on a new connection."""
+    backend, channel = simulated
+    first = backend.connection()
+    core = driven_core(backend, first)
+    corpus.publish(channel, corpus.valid(0, backend.broker.now_ms))
+    backend.wait_until(lambda: core.counters.delivered == 1, 10, "a delivery on the first connection")
+    first.release()  # the connection is lost
+    second = backend.connection()
+    core.consumer(second.channel()).consume()
+    backend.broker.drive(second)
+    corpus.publish(channel, corpus.valid(1, backend.broker.now_ms))
+    backend.wait_until(lambda: core.counters.delivered == 2, 10, "a delivery on the new connection")
+    assert bodies(channel, corpus.VALID_QUEUE) == Counter([b"valid-0", b"valid-1"])
+
+
+def test_properties_that_fill_a_frame_never_close_the_connection(simulated: tuple[SimulatorBackend, Any]) -> None:
+    """Properties within a few bytes of frame_max: the park's extra headers would not fit in one frame,
+    and RabbitMQ closes the whole connection on a bigger one. The message stays unacked, never lost;
+    one that can be delivered (its schedule headers removed) is delivered."""
+    backend, channel = simulated
+    relay = backend.broker.relay()
+    now = backend.broker.now_ms
+    pad = 131072 - 20 - 40
+    fat_bad = corpus.Case("fat", corpus.properties([(b"pad", corpus.text("p" * pad))]), b"fat malformed", "")
+    fat_ok = corpus.Case("fat ok", corpus.properties(corpus.schedule(now) + [(b"pad", corpus.text(
+        "p" * (pad - 150)))], delivery_mode=2), b"fat valid", "")
+    for case in (corpus.valid(0, now), fat_bad, fat_ok, corpus.valid(1, now)):
+        corpus.publish(channel, case)
+    backend.wait_until(lambda: relay.counters.delivered == 3 and held(relay), 20, "the others delivered")
+    backend.wait_until(lambda: held(relay)[0].attempts >= 2, 20, "the fat one backing off")
+    assert held(relay)[0].body == b"fat malformed" and relay.counters.parked == 0
+    assert bodies(channel, corpus.VALID_QUEUE) == Counter([b"valid-0", b"valid-1", b"fat valid"])
+    assert not relay.connection.connection.closed, "the relay's connection is still up"
+
+
+@pytest.mark.parametrize("target,problem", [
+    ({"routing_key": "k" * 256}, "routing_key 'kkk"),
+    ({"routing_key": "é" * 128}, "256 bytes of UTF-8"),
+    ({"exchange": "x" * 300, "routing_key": "k"}, "exchange 'xxx"),
+    ({"exchange": "amq.rabbitmq.trace", "routing_key": "k"}, "internal to RabbitMQ"),
+])
+def test_our_producer_refuses_at_publish_what_the_relay_would_park(
+    simulated: tuple[SimulatorBackend, Any], target: dict[str, str], problem: str,
+) -> None:
+    """A message our own producer sends is refused when it is published, not parked hours later."""
+    backend, channel = simulated
+    producer = LadderProducer(channel, clock=backend.clock)
+    with pytest.raises(ValueError, match="cannot be delivered to") as refused:
+        producer.publish(b"x", countdown=3600, **target)
+    assert problem in str(refused.value)
+    assert backend.broker.depth("acemq.schedule.1h") == 0
 
 
 @pytest.mark.broker
@@ -301,75 +356,3 @@ def test_a_relay_keeps_its_connection_guard_to_its_own_channels(broker_url: str)
             message = other.basic_get(corpus.VALID_QUEUE, no_ack=True)
         assert message is not None and message.headers == {"k": "v"} and message.content_type == "text/plain"
         core.close()
-
-
-@pytest.mark.parametrize("target,problem", [
-    ({"routing_key": "k" * 256}, "routing_key 'kkk"),
-    ({"routing_key": "é" * 128}, "256 bytes of UTF-8"),
-    ({"exchange": "x" * 300, "routing_key": "k"}, "exchange 'xxx"),
-    ({"exchange": "amq.rabbitmq.trace", "routing_key": "k"}, "internal to RabbitMQ"),
-])
-def test_our_producer_refuses_at_publish_what_the_relay_would_park(target: dict[str, str], problem: str) -> None:
-    """A message our own producer sends is refused when it is published, not parked hours later."""
-    backend = SimulatorBackend()
-    try:
-        with backend.connection() as conn:
-            producer = LadderProducer(conn.default_channel, clock=backend.clock)
-            with pytest.raises(ValueError, match="cannot be delivered to") as refused:
-                producer.publish(b"x", countdown=3600, **target)
-            assert problem in str(refused.value)
-            assert backend.broker.depth("acemq.schedule.1h") == 0
-    finally:
-        backend.close()
-
-
-def test_properties_that_fill_a_frame_never_close_the_connection() -> None:
-    """Properties within a few bytes of frame_max: the park's extra headers would not fit in one frame,
-    and RabbitMQ closes the whole connection on a bigger one. The message stays unacked, never lost;
-    one that can be delivered (its schedule headers removed) is delivered."""
-    backend = SimulatorBackend()
-    try:
-        with backend.connection() as conn:
-            channel = conn.channel()
-            declare(channel)
-            corpus.declare_targets(channel)
-            relay = backend.broker.relay()
-            now = backend.broker.now_ms
-            pad = 131072 - 20 - 40
-            fat_bad = corpus.Case("fat", corpus.properties([(b"pad", corpus.text("p" * pad))]), b"fat malformed", "")
-            fat_ok = corpus.Case("fat ok", corpus.properties(corpus.schedule(now) + [(b"pad", corpus.text(
-                "p" * (pad - 150)))], delivery_mode=2), b"fat valid", "")
-            for case in (corpus.valid(0, now), fat_bad, fat_ok, corpus.valid(1, now)):
-                corpus.publish(channel, case)
-            backend.wait_until(lambda: relay.counters.delivered == 3 and held(relay), 20, "the others delivered")
-            backend.wait_until(lambda: held(relay)[0].attempts >= 2, 20, "the fat one backing off")
-            assert held(relay)[0].body == b"fat malformed" and relay.counters.parked == 0
-            assert bodies(channel, corpus.VALID_QUEUE) == Counter([b"valid-0", b"valid-1", b"fat valid"])
-            assert not relay.connection.connection.closed, "the relay's connection is still up"
-    finally:
-        backend.close()
-
-
-def test_a_core_takes_a_new_connection_after_the_old_one_is_lost() -> None:
-    """What a consumer loop does on reconnect: the same RelayCore, a channel on a new connection."""
-    backend = SimulatorBackend()
-    try:
-        with backend.connection() as conn:
-            channel = conn.channel()
-            declare(channel)
-            corpus.declare_targets(channel)
-            core = RelayCore(clock=backend.clock)
-            first = backend.broker.connection()
-            core.consumer(first.channel()).consume()
-            backend.broker.drive(first, tick=core.tick)
-            corpus.publish(channel, corpus.valid(0, backend.broker.now_ms))
-            backend.wait_until(lambda: core.counters.delivered == 1, 10, "a delivery on the first connection")
-            first.release()  # the connection is lost
-            second = backend.broker.connection()
-            core.consumer(second.channel()).consume()
-            backend.broker.drive(second)
-            corpus.publish(channel, corpus.valid(1, backend.broker.now_ms))
-            backend.wait_until(lambda: core.counters.delivered == 2, 10, "a delivery on the new connection")
-            assert bodies(channel, corpus.VALID_QUEUE) == Counter([b"valid-0", b"valid-1"])
-    finally:
-        backend.close()

@@ -6,7 +6,6 @@ standalone relay does, and a task sent afterwards runs on time.
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -14,8 +13,9 @@ import hostile_corpus as corpus
 import pytest
 from celery.utils.time import maybe_iso8601
 from conftest import wait_for
+from hostile_corpus import corpus_url  # noqa: F401 - a fixture
 from kombu import Connection
-from rabbit_helpers import fresh_vhost, vhost_url  # noqa: F401 - fresh_vhost is a fixture
+from rabbit_helpers import fresh_vhost  # noqa: F401 - a fixture
 
 import celery_ladder
 from kombu_ladder.contract import CONTROL
@@ -27,21 +27,14 @@ pytestmark = [pytest.mark.broker, pytest.mark.celery]
 
 
 @pytest.fixture
-def corpus_url(fresh_vhost: str) -> str:  # noqa: F811
-    subprocess.run(["rabbitmqctl", "-q", "set_permissions", "-p", fresh_vhost, "guest", ".*",
-                    corpus.WRITE_PERMISSION, ".*"], check=True, capture_output=True, timeout=60)
-    return vhost_url(fresh_vhost)
-
-
-@pytest.fixture
-def publisher(corpus_url: str) -> Iterator[Any]:
+def publisher(corpus_url: str) -> Iterator[Any]:  # noqa: F811
     app = celery_ladder.install(make_app(corpus_url))
     yield app
     app.close()
 
 
 @pytest.fixture
-def worker(corpus_url: str, publisher: Any, tmp_path: Path) -> Iterator[Worker]:
+def worker(corpus_url: str, publisher: Any, tmp_path: Path) -> Iterator[Worker]:  # noqa: F811
     worker = Worker(corpus_url, tmp_path)
     try:
         wait_for(lambda: counters(publisher, worker).get("relay") is True, timeout=60, interval=0.5,
@@ -63,7 +56,7 @@ def depth(channel: Any, queue: str) -> int:
 
 
 def test_a_pool_ladder_worker_survives_the_corpus_and_runs_a_task_on_time_afterwards(
-    corpus_url: str, publisher: Any, worker: Worker,
+    corpus_url: str, publisher: Any, worker: Worker,  # noqa: F811
 ) -> None:
     with Connection(corpus_url) as conn:
         channel = conn.channel()
