@@ -111,6 +111,6 @@ def relay(ctx: click.Context, prefetch: int, report_every: Optional[float], **kw
     try:
         allowed = LadderSettings.from_conf(ctx.obj.app.conf).allowed_exchanges
     except (TypeError, ValueError) as exc:  # a bad setting, named in the message
-        raise commands.CommandError(str(exc), commands.EX_USAGE) from None
+        raise commands.BadUsage(str(exc)) from None
     with _broker(ctx) as connection:
         commands.relay(connection, prefetch=prefetch, report_every=report_every, allowed_exchanges=allowed)

@@ -23,13 +23,15 @@ from .contract import CONTROL, PARKING, PREFETCH
 from .depths import QueueDepth, queue_depths
 from .errors import LadderError
 from .migrate import move as move_ladder
-from .parking import parked_reasons, replay as replay_parked
+from .parking import parked_reasons
+from .parking import replay as replay_parked
 from .relay import Relay
 from .topology import declare as declare_topology
 
 __all__ = [
-    "CommandError", "EX_UNAVAILABLE", "EX_USAGE", "open_connection", "check_broker_url", "connected", "emit",
-    "configure_logging", "declare", "status_report", "status_lines", "status", "replay", "move", "relay",
+    "CommandError", "BrokerUnavailable", "BadUsage", "EX_UNAVAILABLE", "EX_USAGE",
+    "open_connection", "check_broker_url", "connected", "emit", "configure_logging",
+    "declare", "status_report", "status_lines", "status", "replay", "move", "relay",
     "parked_option", "json_option", "limit_option", "match_option", "prefetch_option", "report_every_option",
     "allow_exchange_option", "allowed_or_none",
 ]
@@ -58,11 +60,19 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 class CommandError(click.ClickException):
-    """A command failed for a reason the user can fix: shown as one ``Error:`` line."""
+    """A command failed for a reason the user can fix: shown as one ``Error:`` line, exit status 1."""
 
-    def __init__(self, message: str, exit_code: int = 1) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
+
+class BrokerUnavailable(CommandError):
+    """The broker cannot be reached, refused the login, or went away: exit status 69."""
+
+    exit_code = EX_UNAVAILABLE
+
+
+class BadUsage(CommandError):
+    """An option value the ladder cannot work with, such as a Redis URL: exit status 2."""
+
+    exit_code = EX_USAGE
 
 
 def _reason(exc: BaseException) -> str:
@@ -78,12 +88,12 @@ def check_broker_url(url: str) -> None:
     """Refuse a broker URL the ladder cannot run on, as a usage error.
 
     Raises:
-        CommandError: the URL's transport is not RabbitMQ's or the simulator's (exit status 2).
+        BadUsage: the URL's transport is not RabbitMQ's or the simulator's.
     """
     try:
         require_rabbitmq(url)
     except UnsupportedBroker as exc:
-        raise CommandError(str(exc), EX_USAGE) from None
+        raise BadUsage(str(exc)) from None
     if url.lower().startswith("ladder-sim"):
         from .simulator.registry import install_scheme
 
@@ -94,13 +104,13 @@ def open_connection(url: str) -> Connection:
     """Return an unconnected :class:`kombu.Connection` to ``url`` after checking its transport.
 
     Raises:
-        CommandError: the URL is not a RabbitMQ (or simulator) URL, or cannot be parsed (exit status 2).
+        BadUsage: the URL is not a RabbitMQ (or simulator) URL, or cannot be parsed.
     """
     check_broker_url(url)
     try:
         return Connection(url, connect_timeout=CONNECT_TIMEOUT)
     except (ValueError, TypeError) as exc:
-        raise CommandError(E_BAD_URL.format(url=url, reason=_reason(exc)), EX_USAGE) from None
+        raise BadUsage(E_BAD_URL.format(url=url, reason=_reason(exc))) from None
 
 
 @contextmanager
@@ -108,9 +118,9 @@ def connected(connection: Connection) -> Iterator[Connection]:
     """Connect ``connection`` once, and turn the broker errors of the block into one line each.
 
     Raises:
-        CommandError: the broker is unreachable or refused the login (exit status 69), refused an
-            operation (a channel error, 1), the connection was lost (69), or the ladder raised a
-            :class:`~kombu_ladder.LadderError` (1).
+        BrokerUnavailable: the broker is unreachable, refused the login, or the connection was lost.
+        CommandError: the broker refused an operation (a channel error), or the ladder raised a
+            :class:`~kombu_ladder.LadderError`.
     """
     url = f"{connection.transport_cls}://{connection.hostname}"
     try:
@@ -118,7 +128,7 @@ def connected(connection: Connection) -> Iterator[Connection]:
         connection.ensure_connection(max_retries=1)
     except (OperationalError, *connection.connection_errors, *connection.channel_errors, OSError,
             ValueError) as exc:  # a refused login is a channel error; an unknown ladder-sim broker a ValueError
-        raise CommandError(E_CONNECT.format(url=url, reason=_reason(exc)), EX_UNAVAILABLE) from None
+        raise BrokerUnavailable(E_CONNECT.format(url=url, reason=_reason(exc))) from None
     connection_errors = (OperationalError, *connection.connection_errors)
     try:
         yield connection
@@ -127,7 +137,7 @@ def connected(connection: Connection) -> Iterator[Connection]:
     except connection.channel_errors as exc:
         raise CommandError(E_REFUSED.format(url=url, reason=_reason(exc))) from None
     except connection_errors as exc:
-        raise CommandError(E_LOST.format(url=url, reason=_reason(exc)), EX_UNAVAILABLE) from None
+        raise BrokerUnavailable(E_LOST.format(url=url, reason=_reason(exc))) from None
 
 
 def emit(text: str = "") -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from celery_ladder.settings import SETTINGS
 from kombu_ladder import contract
-from kombu_ladder.cli import build_parser
+from kombu_ladder.cli import cli
 from kombu_ladder.plan import MAX_DELAY
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,12 +73,10 @@ def test_configuration_reference_names_every_setting_default_and_django_name(set
 
 def test_configuration_reference_names_every_kombu_ladder_command_and_option() -> None:
     text = page("configuration.rst")
-    parser = build_parser()
-    options = [opt for action in parser._actions for opt in action.option_strings if opt.startswith("--")]
-    subparsers = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
-    for command, sub in subparsers.choices.items():
-        assert f"``{command}" in text, f"kombu-ladder {command} is not documented"
-        options += [opt for action in sub._actions for opt in action.option_strings if opt.startswith("--")]
+    options = [opt for param in cli.params for opt in param.opts if opt.startswith("--")]
+    for name, command in cli.commands.items():
+        assert f"``{name}" in text, f"kombu-ladder {name} is not documented"
+        options += [opt for param in command.params for opt in param.opts if opt.startswith("--")]
     missing = sorted({opt for opt in options if opt != "--help" and opt not in text})
     assert not missing, f"undocumented kombu-ladder options: {missing}"
 
