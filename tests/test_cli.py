@@ -21,6 +21,7 @@ from kombu_ladder import Scheduler, declare
 from kombu_ladder.brokers import UnsupportedBroker, require_rabbitmq
 from kombu_ladder.cli import main
 from kombu_ladder.contract import CONTROL, PARKED_REASON, PARKING, rung_names
+from kombu_ladder.plan import delay_seconds
 from kombu_ladder.simulator import SimulatedBroker
 
 VENV_BIN = Path(sys.executable).parent
@@ -298,3 +299,11 @@ def test_console_script_is_installed() -> None:
     assert done.returncode == 0, done.stderr
     for word in ("declare", "relay", "status", "--broker"):
         assert word in done.stdout
+
+
+@pytest.mark.parametrize("given,shown", [(9e7, "countdown=90000000s"), (3.2e7 + 0.5, "countdown=32000000.5s")])
+def test_a_too_long_countdown_is_shown_in_plain_digits(given: float, shown: str) -> None:
+    with pytest.raises(ValueError) as error:
+        delay_seconds(given, argument="countdown")
+    assert str(error.value).startswith(f"{shown} is longer than the maximum")
+    assert "e+" not in str(error.value)
