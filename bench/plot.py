@@ -54,8 +54,8 @@ def plot_lateness(contenders: dict[str, dict[str, Any]], path: str, *, title: st
 
     celery = {k: c for k, c in contenders.items() if k in CELERY_KEYS and c.get("lateness")}
     rows = 2 if celery else 1
-    fig, axes = plt.subplots(rows, 1, figsize=(10, 6.2 + 4.2 * (rows - 1)), dpi=110, squeeze=False,
-                             gridspec_kw={"height_ratios": [3, 2][:rows]})
+    fig, axes = plt.subplots(rows, 1, figsize=(10, 7.4 + 4.2 * (rows - 1)), dpi=110, squeeze=False,
+                             gridspec_kw={"height_ratios": [3.4, 2][:rows]})
     ax = axes[0][0]
     values = [v for c in contenders.values() for v in c["lateness"]]
     lo = min([-1000.0, *values]) * 1.3 if values else -1300.0
@@ -76,7 +76,7 @@ def plot_lateness(contenders: dict[str, dict[str, Any]], path: str, *, title: st
     ax.set_ylabel("fraction of messages", fontsize=10)
     ax.set_title(title, fontsize=11)
     ax.grid(True, which="major", alpha=0.3)
-    ax.legend(loc="upper left", fontsize=10, framealpha=0.9)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, fontsize=10, frameon=False)
     if celery:
         zoom = axes[1][0]
         edge = celery_window_ms(contenders)

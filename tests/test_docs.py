@@ -30,6 +30,7 @@ from celery_ladder.settings import ALLOWED_EXCHANGES, SETTINGS
 from kombu_ladder import LadderProducer, __version__, contract, declare
 from kombu_ladder.cli import cli
 from kombu_ladder.contract import CONTROL
+from kombu_ladder.depths import queue_depths
 from kombu_ladder.plan import MAX_DELAY
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -228,10 +229,7 @@ class Shell:
             def up() -> bool:
                 assert proc.poll() is None, f"$ {line} exited:\n{log.read_text()[-3000:]}"
                 with Connection(self.urls[0]) as conn:
-                    try:
-                        relaying = queue_consumers(conn, CONTROL) > 0
-                    except conn.channel_errors:
-                        relaying = False
+                    relaying = any(row.queue == CONTROL and row.consumers for row in queue_depths(conn))
                 return relaying and bool(app.control.ping(timeout=0.5))
 
             wait_for(up, timeout=90, interval=0.5, message=f"'{line}' to start and relay")
@@ -249,14 +247,6 @@ class Shell:
                 pytest.fail(f"'{line}' did not stop on SIGTERM:\n{log.read_text()[-3000:]}")
             assert code == 0, f"'{line}' exited with {code}:\n{log.read_text()[-3000:]}"
             assert "Traceback" not in log.read_text(), log.read_text()[-3000:]
-
-
-def queue_consumers(conn: Connection, queue: str) -> int:
-    channel = conn.channel()
-    try:
-        return int(channel.queue_declare(queue, passive=True)[2])
-    finally:
-        channel.close()
 
 
 #: Checks beyond the output a page shows, for commands whose page says what they do in words.
@@ -292,12 +282,14 @@ CHECKS: dict[str, Callable[[str, Shell], None]] = {
 
 
 def _prepare(block: Block, shell: Shell) -> None:
-    """What a page assumes already happened: a ladder with something waiting, before status or move."""
+    """What a page assumes already happened: something waiting in the ladder, a worker running."""
     lines = [c.line for c in commands_of(block)]
-    if any(re.match(r"kombu-ladder (status|--broker \S+ move)", line) for line in lines):
+    if any(re.match(r"kombu-ladder (status --broker|--broker \S+ move)", line) for line in lines):
         with Connection(shell.urls[0]) as conn:
             LadderProducer(conn.default_channel).publish(b"waiting", exchange="", routing_key="docs.q",
                                                          countdown=7200)
+    if any(" inspect ladder" in line for line in lines) and not any(" worker" in line for line in lines):
+        shell.start("celery -A proj worker -P ladder", ["celery", "-A", "proj", "worker", "-P", "ladder"])
 
 
 @pytest.fixture
