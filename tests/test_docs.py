@@ -272,7 +272,16 @@ def _check_inspect_scheduled_is_0(printed: str, shell: Shell) -> None:
     assert '"scheduled": 0' in printed and '"delivered": 1' in printed, printed
 
 
+def _check_demo_prints_the_readme_table(printed: str, shell: Shell) -> None:
+    (table,) = [b for b in blocks("text") if b.page == "README.md" and "arrival order" in b.text]
+    shown = [[_skeleton(t) for t in line.split()] for line in table.text.splitlines() if line.strip()]
+    lines = [[_skeleton(t) for t in line.split()] for line in printed.splitlines() if line.strip()]
+    assert any(lines[i:i + len(shown)] == shown for i in range(len(lines))), printed
+
+
 CHECKS: dict[str, Callable[[str, Shell], None]] = {
+    "make demo     # schedule 65 s, 12 s, 5 s and 2 s messages, longest first, and watch them arrive":
+        _check_demo_prints_the_readme_table,
     "kombu-ladder status                    # it waits in acemq.schedule.1h":
         _check_status_shows_the_task_in_the_1h_rung,
     "rabbitmqctl set_policy -p prod --apply-to queues --priority 10 ladder-lazy '^acemq\\.schedule\\.' "
