@@ -6,7 +6,7 @@ import subprocess
 import sys
 import tarfile
 import zipfile
-from importlib.metadata import metadata
+from importlib.metadata import entry_points, metadata
 from pathlib import Path
 
 import pytest
@@ -80,3 +80,10 @@ def test_the_sdist_and_the_wheel_hold_both_packages_and_nothing_stray(tmp_path: 
     assert top == {"kombu_ladder", "celery_ladder", "kombu_ladder.egg-info", "README.md", "LICENSE",
                    "CHANGELOG.md", "MANIFEST.in", "PKG-INFO", "setup.cfg", "pyproject.toml"}
     assert sources <= in_sdist
+
+
+def test_one_distribution_registers_the_pytest_plugin() -> None:
+    """A left-over ``ladder`` install or ``ladder.egg-info`` would load the fixtures twice and stop pytest."""
+    ours = [(ep.name, ep.value, ep.dist.name if ep.dist else None) for ep in entry_points(group="pytest11")
+            if ep.value.split(".")[0] in ("kombu_ladder", "celery_ladder")]
+    assert ours == [("kombu_ladder", "kombu_ladder.pytest_plugin", "kombu-ladder")]
