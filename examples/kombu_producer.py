@@ -1,6 +1,6 @@
 """Kombu quickstart: LadderProducer, a kombu.Producer with countdown= and eta=.
 
-Run it with RabbitMQ on localhost (``BROKER_URL``, or an argument, names another broker)::
+Run it with RabbitMQ on localhost (or set BROKER_URL, or pass a URL)::
 
     python examples/kombu_producer.py [amqp://guest:guest@localhost//]
 

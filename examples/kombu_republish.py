@@ -1,6 +1,6 @@
-"""Kombu quickstart: retry later, with Scheduler.republish (a delayed republish).
+"""Kombu quickstart: retry later, with Scheduler.republish.
 
-Run it with RabbitMQ on localhost (``BROKER_URL``, or an argument, names another broker)::
+Run it with RabbitMQ on localhost (or set BROKER_URL, or pass a URL)::
 
     python examples/kombu_republish.py [amqp://guest:guest@localhost//]
 """
@@ -34,6 +34,11 @@ def main(broker_url: str = BROKER_URL) -> list[str]:
     """Fail a job twice, retry it 1 s and 2 s later; return what happened."""
     log: list[str] = []
     started = time.monotonic()
+
+    def note(text: str) -> None:
+        log.append(f"{time.monotonic() - started:4.1f}s  {text}")
+        print(log[-1])
+
     with Connection(broker_url) as conn, Scheduler.on(conn) as scheduler:
 
         def on_message(body: dict, message) -> None:
@@ -41,20 +46,21 @@ def main(broker_url: str = BROKER_URL) -> list[str]:
             try:
                 handle(body, tries)
                 message.ack()
-                log.append(f"{time.monotonic() - started:4.1f}s  done after {tries} retries")
+                note(f"done after {tries} retries")
             except TemporaryFailure as exc:
                 if tries >= 5:
                     message.reject()  # give up: dead-letter or drop it
-                    log.append(f"gave up: {exc}")
+                    note(f"gave up: {exc}")
                 else:
                     delay = 2**tries  # 1 s, 2 s, 4 s...
                     scheduler.republish(message, delay, queue=work.name)
-                    log.append(f"{time.monotonic() - started:4.1f}s  {exc}; retry in {delay}s")
-            print(log[-1])
+                    note(f"{exc}; retry in {delay}s")
 
-        with Consumer(conn, queues=[work], callbacks=[on_message], accept=["json"]):
+        with Consumer(conn, queues=[work], callbacks=[on_message],
+                      accept=["json"]):
             with conn.Producer(serializer="json") as producer:
-                producer.publish({"job": 7}, routing_key=work.name, declare=[work])
+                producer.publish({"job": 7}, routing_key=work.name,
+                                 declare=[work])
             while not log or "retry in" in log[-1]:
                 conn.drain_events(timeout=30)
     return log

@@ -1,6 +1,6 @@
 """Kombu quickstart: deliver messages later with the Scheduler (AceMQ API).
 
-Run it with RabbitMQ on localhost (``BROKER_URL``, or an argument, names another broker)::
+Run it with RabbitMQ on localhost (or set BROKER_URL, or pass a URL)::
 
     python examples/kombu_scheduler.py [amqp://guest:guest@localhost//]
 """

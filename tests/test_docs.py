@@ -452,3 +452,10 @@ def test_inline_command_literals_parse(page: str, command: str) -> None:
         assert pool == "ladder" or pool in concurrency.ALIASES, command
     else:
         assert args[3:5] == ["inspect", "ladder"], command
+
+
+@pytest.mark.parametrize("path", sorted({m for p in DOCS.glob("*.rst")
+                                          for m in re.findall(r"\.\. literalinclude:: (\S+)", p.read_text())}))
+def test_included_example_lines_fit_the_code_box(path: str) -> None:
+    long = [n for n, line in enumerate((DOCS / path).read_text().splitlines(), 1) if len(line) > 88]
+    assert not long, f"{path}: lines {long} are wider than the docs' code box"
