@@ -116,7 +116,7 @@ def delay_seconds(delay: object, *, argument: str = "delay") -> float:
         raise ValueError(f"{argument} must be a finite number of seconds, not {delay!r}")
     if seconds > MAX_DELAY:
         raise ValueError(
-            f"{argument}={seconds:g}s is longer than the maximum of {MAX_DELAY}s "
+            f"{argument}={seconds:.15g}s is longer than the maximum of {MAX_DELAY}s "
             f"(366 days); was it given in milliseconds?"
         )
     return seconds

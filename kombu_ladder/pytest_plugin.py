@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from importlib.util import find_spec
 from typing import Any, Iterator
 
 import pytest
@@ -9,6 +10,10 @@ import pytest
 from .simulator import SimulatedBroker
 
 __all__ = ["ladder_broker"]
+
+#: celery_ladder's fixtures (``ladder_celery``) come along when Celery is installed (``kombu-ladder[celery]``).
+#: This is the package's one pytest11 entry point, so a kombu-only install never imports celery_ladder.
+pytest_plugins = ["celery_ladder.pytest_plugin"] if find_spec("celery") is not None else []
 
 #: The marker that configures ``ladder_broker`` for one test.
 MARKER = "ladder_broker"
