@@ -9,7 +9,8 @@ through the ladder, due uniformly over the next ``S`` seconds (``--spread 0``, t
 default: due at once, so each waits behind the whole storm in the control queue). A
 consumer stamps each valid one on arrival; lateness is arrival minus due. The
 missing-exchange storm: N messages to one exchange that does not exist, timed from the
-first publish to the last one parked. The relay's log lines are counted too.
+first publish to the last one parked. The relay's CPU time per message (independent of
+what else the machine runs) and its log lines are counted too.
 """
 
 from __future__ import annotations
@@ -96,6 +97,13 @@ def _relay(url: str, code: str, log_path: str) -> subprocess.Popen[str]:
                             text=True, start_new_session=True)
 
 
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used so far."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def run(*, code: str = ROOT, malformed: int = 20_000, valid: int = 2_000, spread: float = 0.0,
         missing: int = 5_000) -> dict[str, Any]:
     """Run both storms against the relay found in ``code``; return the figures."""
@@ -113,6 +121,7 @@ def run(*, code: str = ROOT, malformed: int = 20_000, valid: int = 2_000, spread
                 arrivals.start()
                 publisher = _connect(vhost.url)
                 channel = publisher.channel()
+                cpu = _cpu_s(relay.pid)
                 started = time.time()
                 for n in range(malformed):
                     channel.basic_publish(amqp.Message(b"bad", delivery_mode=2, application_headers=_malformed(n)),
@@ -132,6 +141,7 @@ def run(*, code: str = ROOT, malformed: int = 20_000, valid: int = 2_000, spread
                 wait_until(lambda: queue_depth(conn, PARKING)[0] >= malformed, timeout=300, interval=0.05)
                 result["malformed_parked_s"] = round(time.time() - started, 2)
                 wait_until(lambda: len(arrivals.late) >= valid, timeout=300, interval=0.05)
+                result["relay_cpu_ms_per_message"] = round((_cpu_s(relay.pid) - cpu) * 1000 / (malformed + valid), 3)
                 arrivals.stop = True
                 late = arrivals.late
                 result["late_s"] = {"min": round(min(late), 3), "median": round(percentile(late, 50), 3),
@@ -142,6 +152,7 @@ def run(*, code: str = ROOT, malformed: int = 20_000, valid: int = 2_000, spread
 
                 missing_headers = scheduled_headers({}, exchange="storm.missing", routing_key="k",
                                                     due_at=int(time.time() * 1000), content_type="text/plain")
+                cpu = _cpu_s(relay.pid)
                 started = time.time()
                 for _ in range(missing):
                     channel.basic_publish(amqp.Message(b"to nowhere", delivery_mode=2,
@@ -149,6 +160,7 @@ def run(*, code: str = ROOT, malformed: int = 20_000, valid: int = 2_000, spread
                                           exchange="", routing_key=CONTROL)
                 wait_until(lambda: queue_depth(conn, PARKING)[0] >= missing, timeout=300, interval=0.05)
                 result["missing_exchange_s"] = round(time.time() - started, 2)
+                result["missing_relay_cpu_s"] = round(_cpu_s(relay.pid) - cpu, 2)
                 publisher.close()
         finally:
             relay.terminate()

@@ -92,22 +92,27 @@ def _need(buf: bytes, offset: int, size: int) -> None:
         raise WireError(f"truncated: {size} byte(s) wanted at offset {offset} of {len(buf)}")
 
 
+#: Byte value of a type letter -> the size of its value (letters with a 32-bit length: -1).
+_SIZE_OF = {**{ord(k): v for k, v in _FIXED.items()}, **{ord(k): -1 for k in _SIZED}}
+_LENGTH = struct.Struct(">I").unpack_from
+
+
 def _item_end(buf: bytes, offset: int, end: int) -> int:
     """Return where the typed value starting at ``offset`` ends (the type letter included)."""
-    _need(buf, offset, 1)
-    kind = chr(buf[offset])
-    offset += 1
-    if kind in _SIZED:
-        _need(buf, offset, 4)
-        (size,) = struct.unpack_from(">I", buf, offset)
-        offset += 4 + size
-    elif kind in _FIXED:
-        offset += _FIXED[kind]
+    if offset >= end:
+        raise WireError(f"a field value is missing at offset {offset}")
+    size = _SIZE_OF.get(buf[offset])
+    if size is None:
+        raise WireError(f"unknown field type {chr(buf[offset])!r} at offset {offset}")
+    if size < 0:
+        if offset + 5 > end:
+            raise WireError(f"a field length runs past its table at offset {offset}")
+        stop = offset + 5 + _LENGTH(buf, offset + 1)[0]
     else:
-        raise WireError(f"unknown field type {kind!r} at offset {offset - 1}")
-    if offset > end:
-        raise WireError(f"a field value runs past its table (offset {offset} > {end})")
-    return offset
+        stop = offset + 1 + size
+    if stop > end:
+        raise WireError(f"a field value runs past its table (offset {stop} > {end})")
+    return stop
 
 
 def read_table(buf: bytes, offset: int = 0, end: Optional[int] = None) -> Table:
@@ -115,12 +120,11 @@ def read_table(buf: bytes, offset: int = 0, end: Optional[int] = None) -> Table:
     end = len(buf) if end is None else end
     items: Table = []
     while offset < end:
-        size = buf[offset]
-        _need(buf, offset + 1, size)
-        name = bytes(buf[offset + 1:offset + 1 + size])
-        offset += 1 + size
-        stop = _item_end(buf, offset, end)
-        items.append((name, bytes(buf[offset:stop])))
+        start = offset + 1 + buf[offset]
+        if start > end:
+            raise WireError(f"a header name runs past its table at offset {offset}")
+        stop = _item_end(buf, start, end)
+        items.append((bytes(buf[offset + 1:start]), bytes(buf[start:stop])))
         offset = stop
     return items
 
@@ -278,32 +282,45 @@ def problem(props: Properties, *, max_depth: int = MAX_DEPTH) -> Optional[str]:
 
 def _problem(props: Properties, max_depth: int) -> Optional[str]:
     for name, value in props.fields.items():
-        if isinstance(value, bytes) and not _utf8(value):
+        if isinstance(value, bytes) and not value.isascii() and not _utf8(value):
             return f"property {name} is not valid UTF-8"
     if props.headers is None:
         return None
     # (buffer, offset, end, depth, is_table): the tables and arrays still to look through.
     stack: list[tuple[bytes, int, int, int, bool]] = []
-    for key, item in props.headers:
-        if not _utf8(key):
+    for key, item in props.headers:  # read_table split them: only their nested content is walked
+        if not key.isascii() and not _utf8(key):
             return "a header name is not valid UTF-8"
-        stack.append((item, 0, len(item), 1, False))
+        kind = item[0]
+        if kind == _T and _timestamp(item, 1) > _LAST_TIMESTAMP:
+            return "a header holds a timestamp after the year 9999"
+        if kind == _F or kind == _A:
+            stack.append((item, 5, len(item), 1, kind == _F))
     while stack:
         buf, offset, end, depth, is_table = stack.pop()
+        if depth >= max_depth:
+            return f"header tables or arrays are nested deeper than {max_depth} levels"
         while offset < end:
             if is_table:
-                size = buf[offset]
-                _need(buf, offset + 1, size)
-                if not _utf8(buf[offset + 1:offset + 1 + size]):
+                start = offset + 1 + buf[offset]
+                if start > end:
+                    raise WireError(f"a nested header name runs past its table at offset {offset}")
+                if not _utf8(buf[offset + 1:start]):
                     return "a nested header name is not valid UTF-8"
-                offset += 1 + size
+                offset = start
             stop = _item_end(buf, offset, end)
-            kind = chr(buf[offset])
-            if kind == "T" and struct.unpack_from(">Q", buf, offset + 1)[0] > _LAST_TIMESTAMP:
+            kind = buf[offset]
+            if kind == _T and _timestamp(buf, offset + 1) > _LAST_TIMESTAMP:
                 return "a header holds a timestamp after the year 9999"
-            if kind in "FA":
-                if depth >= max_depth:
-                    return f"header tables or arrays are nested deeper than {max_depth} levels"
-                stack.append((buf, offset + 5, stop, depth + 1, kind == "F"))
+            if kind == _F or kind == _A:
+                stack.append((buf, offset + 5, stop, depth + 1, kind == _F))
             offset = stop
     return None
+
+
+_T, _F, _A = ord("T"), ord("F"), ord("A")
+_QUAD = struct.Struct(">Q").unpack_from
+
+
+def _timestamp(buf: bytes, offset: int) -> int:
+    return int(_QUAD(buf, offset)[0])

@@ -102,6 +102,7 @@ class RelayCore(ChannelCloses):
 
     def _open_publisher(self) -> None:
         channel = link.sibling(self._consume)
+        channel.auto_decode = False  # its returns carry no properties to decode by (see link.Guard)
         channel.confirm_select()
         channel.events["basic_ack"].add(self._on_ack)
         channel.events["basic_nack"].add(self._on_nack)
@@ -111,6 +112,7 @@ class RelayCore(ChannelCloses):
 
     def _open_consumer(self, channel: Any) -> None:
         self._consume = channel
+        channel.auto_decode = False  # the relay passes bodies on as bytes
         self._guard.watch(channel, self._consume_closed)
         channel.basic_qos(0, self.prefetch, False)
         self._tag = channel.basic_consume(CONTROL, callback=self.on_message, no_ack=False)

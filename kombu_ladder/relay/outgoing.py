@@ -14,7 +14,6 @@ from ..envelope import (
     REFUSALS,
     delivered_content_type,
     delivered_mode,
-    is_death_header,
 )
 from ..parking import PARKED_ID, RAW_PROPERTIES
 
@@ -82,10 +81,22 @@ def twice(props: wire.Properties, headers: Optional[Headers]) -> Optional[str]:
     return next((name for name in _READ if counts[name] > 1), None)
 
 
-def _without(items: Optional[wire.Table], drop: Any) -> Optional[wire.Table]:
+def _without(items: Optional[wire.Table], names: frozenset[bytes]) -> Optional[wire.Table]:
+    """``items`` without the headers named in ``names`` and without the death headers."""
     if items is None:
         return None
-    return [(n, item) for n, item in items if not drop(_name(n))]
+    return [(n, item) for n, item in items if n not in names and not _death(n)]
+
+
+def _death(name: bytes) -> bool:
+    return name == b"x-death" or name.startswith(_DEATH_PREFIXES)
+
+
+_DEATH_PREFIXES = (b"x-first-death-", b"x-last-death-")
+_NONE: frozenset[bytes] = frozenset()
+_NOT_DELIVERED_B = frozenset(n.encode() for n in _NOT_DELIVERED)
+_RETRIED_B = frozenset((DUE_AT.encode(), REFUSALS.encode()))
+_PARKING_B = frozenset(n.encode() for n in _PARKING)
 
 
 def _carried(props: wire.Properties) -> dict[str, Any]:
@@ -103,7 +114,7 @@ def delivery(props: wire.Properties, headers: Mapping[str, Any]) -> bytes:
     kind = props.fields.get("type")
     if kind is not None and kind != MESSAGE_TYPE.encode():
         fields["type"] = kind
-    kept = _without(props.headers, lambda n: n in _NOT_DELIVERED or is_death_header(n))
+    kept = _without(props.headers, _NOT_DELIVERED_B)
     return wire.write_properties(wire.Properties(fields, kept))
 
 
@@ -113,7 +124,7 @@ def hop(props: wire.Properties) -> bytes:
     fields = _carried(props)
     fields["type"] = MESSAGE_TYPE.encode()
     fields["delivery_mode"] = 2
-    return wire.write_properties(wire.Properties(fields, _without(props.headers, is_death_header)))
+    return wire.write_properties(wire.Properties(fields, _without(props.headers, _NONE)))
 
 
 def retry(props: wire.Properties, *, due_at: int, refusals: int) -> bytes:
@@ -121,7 +132,7 @@ def retry(props: wire.Properties, *, due_at: int, refusals: int) -> bytes:
     fields = _carried(props)
     fields["type"] = MESSAGE_TYPE.encode()
     fields["delivery_mode"] = 2
-    kept = _without(props.headers, lambda n: n in (DUE_AT, REFUSALS) or is_death_header(n)) or []
+    kept = _without(props.headers, _RETRIED_B) or []
     kept += [(DUE_AT.encode(), wire.encode(due_at)), (REFUSALS.encode(), wire.encode(refusals))]
     return wire.write_properties(wire.Properties(fields, kept))
 
@@ -136,7 +147,7 @@ def park(props: wire.Properties, *, reason: str, at: int, park_id: str) -> bytes
     headers, plus why (``x-ladder-parked-reason``), when and a parking id."""
     fields = {k: v for k, v in props.fields.items() if k not in _NEVER}
     fields["delivery_mode"] = 2
-    kept = _without(props.headers, lambda n: n in _PARKING or is_death_header(n)) or []
+    kept = _without(props.headers, _PARKING_B) or []
     return wire.write_properties(wire.Properties(fields, kept + _parking_headers(reason, at, park_id)))
 
 
