@@ -1,12 +1,4 @@
-"""AMQP 0-9-1 content headers as bytes: basic properties and header tables read and rebuilt, decoded only on demand.
-
-The relay passes messages on. Decoding every header and encoding it again
-changes types (py-amqp reads a ``float`` and writes a ``double``), fails on
-what one client cannot represent (a timestamp past the year 9999, a table
-nested 2,000 deep) and costs time. Here a header table stays a list of
-``(name, encoded value)`` pairs: headers are removed or added without touching
-the others, and nothing recurses, whatever the nesting. No kombu, no I/O.
-"""
+"""AMQP 0-9-1 content headers as bytes: basic properties and header tables read and rebuilt, decoded only on demand."""
 
 from __future__ import annotations
 
@@ -16,7 +8,6 @@ from decimal import Decimal
 from typing import Any, Optional, Union
 
 __all__ = [
-    "MAX_DEPTH",
     "PROPERTIES",
     "WireError",
     "Nested",
@@ -27,12 +18,14 @@ __all__ = [
     "write_table",
     "decode",
     "encode",
-    "problem",
+    "item_end",
 ]
 
-#: How deep header tables and arrays may nest in a message the relay passes on. py-amqp decodes
-#: one level per stack frame; a consumer nearer its recursion limit fails long before 1,000.
-MAX_DEPTH = 100
+# The relay passes messages on. Decoding every header and encoding it again changes types
+# (py-amqp reads a ``float`` and writes a ``double``), fails on what one client cannot represent
+# (a timestamp past the year 9999, a table nested 2,000 deep) and costs time. Here a header table
+# stays a list of ``(name, encoded value)`` pairs: headers are removed or added without touching
+# the others, and nothing recurses, whatever the nesting. No kombu, no I/O.
 
 #: The basic class's properties in wire order: (name, flag bit, kind). Kinds: ``s`` short
 #: string, ``F`` table, ``o`` octet, ``T`` 64-bit timestamp.
@@ -59,9 +52,6 @@ _FIXED = {"t": 1, "b": 1, "B": 1, "s": 2, "u": 2, "U": 2, "I": 4, "i": 4, "f": 4
 _SIZED = frozenset("SxFA")
 _UNPACK = {"b": ">b", "B": ">B", "s": ">h", "u": ">H", "U": ">h", "I": ">i", "i": ">I",
            "l": ">q", "L": ">q", "f": ">f", "d": ">d", "T": ">Q"}
-
-#: The latest timestamp (epoch seconds) py-amqp can turn into a datetime: 9999-12-31T23:59:59.
-_LAST_TIMESTAMP = 253_402_300_799
 
 Table = list[tuple[bytes, bytes]]
 
@@ -97,7 +87,7 @@ _SIZE_OF = {**{ord(k): v for k, v in _FIXED.items()}, **{ord(k): -1 for k in _SI
 _LENGTH = struct.Struct(">I").unpack_from
 
 
-def _item_end(buf: bytes, offset: int, end: int) -> int:
+def item_end(buf: bytes, offset: int, end: int) -> int:
     """Return where the typed value starting at ``offset`` ends (the type letter included)."""
     if offset >= end:
         raise WireError(f"a field value is missing at offset {offset}")
@@ -123,7 +113,7 @@ def read_table(buf: bytes, offset: int = 0, end: Optional[int] = None) -> Table:
         start = offset + 1 + buf[offset]
         if start > end:
             raise WireError(f"a header name runs past its table at offset {offset}")
-        stop = _item_end(buf, start, end)
+        stop = item_end(buf, start, end)
         items.append((bytes(buf[offset + 1:start]), bytes(buf[start:stop])))
         offset = stop
     return items
@@ -225,7 +215,7 @@ def decode(item: bytes) -> Any:
     if not item:
         raise WireError("empty field value")
     kind = chr(item[0])
-    if _item_end(item, 0, len(item)) != len(item):
+    if item_end(item, 0, len(item)) != len(item):
         raise WireError(f"trailing bytes after a {kind!r} value")
     if kind in "FA":
         return Nested(item)
@@ -257,70 +247,3 @@ def encode(value: Union[str, bytes, int]) -> bytes:
     if isinstance(value, int) and not isinstance(value, bool):
         return b"l" + struct.pack(">q", value)
     raise TypeError(f"cannot encode a header value of type {type(value).__name__}")
-
-
-def _utf8(data: bytes) -> bool:
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
-def problem(props: Properties, *, max_depth: int = MAX_DEPTH) -> Optional[str]:
-    """Say why a consumer could not read these properties, or return None when every client can.
-
-    Checked without recursion: property strings and header names are UTF-8,
-    timestamps fall before the year 10000, tables and arrays nest at most
-    ``max_depth`` deep, and every value is well formed.
-    """
-    try:
-        return _problem(props, max_depth)
-    except WireError as exc:
-        return f"the header table is malformed: {exc}"
-
-
-def _problem(props: Properties, max_depth: int) -> Optional[str]:
-    for name, value in props.fields.items():
-        if isinstance(value, bytes) and not value.isascii() and not _utf8(value):
-            return f"property {name} is not valid UTF-8"
-    if props.headers is None:
-        return None
-    # (buffer, offset, end, depth, is_table): the tables and arrays still to look through.
-    stack: list[tuple[bytes, int, int, int, bool]] = []
-    for key, item in props.headers:  # read_table split them: only their nested content is walked
-        if not key.isascii() and not _utf8(key):
-            return "a header name is not valid UTF-8"
-        kind = item[0]
-        if kind == _T and _timestamp(item, 1) > _LAST_TIMESTAMP:
-            return "a header holds a timestamp after the year 9999"
-        if kind == _F or kind == _A:
-            stack.append((item, 5, len(item), 1, kind == _F))
-    while stack:
-        buf, offset, end, depth, is_table = stack.pop()
-        if depth >= max_depth:
-            return f"header tables or arrays are nested deeper than {max_depth} levels"
-        while offset < end:
-            if is_table:
-                start = offset + 1 + buf[offset]
-                if start > end:
-                    raise WireError(f"a nested header name runs past its table at offset {offset}")
-                if not _utf8(buf[offset + 1:start]):
-                    return "a nested header name is not valid UTF-8"
-                offset = start
-            stop = _item_end(buf, offset, end)
-            kind = buf[offset]
-            if kind == _T and _timestamp(buf, offset + 1) > _LAST_TIMESTAMP:
-                return "a header holds a timestamp after the year 9999"
-            if kind == _F or kind == _A:
-                stack.append((buf, offset + 5, stop, depth + 1, kind == _F))
-            offset = stop
-    return None
-
-
-_T, _F, _A = ord("T"), ord("F"), ord("A")
-_QUAD = struct.Struct(">Q").unpack_from
-
-
-def _timestamp(buf: bytes, offset: int) -> int:
-    return int(_QUAD(buf, offset)[0])

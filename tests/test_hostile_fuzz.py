@@ -17,7 +17,7 @@ from amqp.basic_message import Message as AmqpMessage
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from kombu_ladder import declare, wire
+from kombu_ladder import declare, readable, wire
 from kombu_ladder.contract import CONTENT_TYPE, CONTROL, DUE_AT, PARKING, TARGET_EXCHANGE, TARGET_ROUTING_KEY
 from kombu_ladder.envelope import Deliver, Hop, Park, decide, delivery_properties, strip_for_delivery
 from kombu_ladder.relay import outgoing
@@ -97,7 +97,7 @@ def test_any_bytes_are_read_or_refused_with_a_wire_error(raw: bytes) -> None:
     except wire.WireError:
         return
     assert wire.write_properties(props) == raw
-    problem = wire.problem(props)
+    problem = readable.problem(props)
     assert problem is None or problem.isprintable()
 
 
@@ -106,7 +106,7 @@ def test_any_bytes_are_read_or_refused_with_a_wire_error(raw: bytes) -> None:
 def test_hostile_properties_round_trip_byte_for_byte_and_are_judged_without_raising(raw: bytes) -> None:
     props = wire.read_properties(raw)
     assert wire.write_properties(props) == raw
-    if wire.problem(props) is not None:
+    if readable.problem(props) is not None:
         return
     headers, properties = outgoing.views(props)
     decision = decide(headers, properties, NOW)

@@ -11,7 +11,7 @@ import hostile_corpus as corpus
 import pytest
 from amqp.basic_message import Message as AmqpMessage
 
-from kombu_ladder import wire
+from kombu_ladder import readable, wire
 from kombu_ladder.relay.notices import Notices
 from kombu_ladder.simulator import SimulatedBroker
 from kombu_ladder.targets import ExchangeCheck, name_problem
@@ -69,7 +69,7 @@ def test_py_amqp_encodings_read_and_write_back_byte_for_byte() -> None:
     (wire.Properties(headers=[(b"a", b"A\x00\x00\x00\x02Z")]), "the header table is malformed"),
 ])
 def test_problem_says_what_no_client_could_read(props: wire.Properties, problem: str) -> None:
-    assert problem in (wire.problem(props) or "")
+    assert problem in (readable.problem(props) or "")
 
 
 @pytest.mark.parametrize("props", [
@@ -78,7 +78,7 @@ def test_problem_says_what_no_client_could_read(props: wire.Properties, problem:
     wire.Properties(headers=[(b"t", b"T" + struct.pack(">Q", 253_402_300_799))]),
 ])
 def test_problem_accepts_what_py_amqp_reads(props: wire.Properties) -> None:
-    assert wire.problem(props) is None
+    assert readable.problem(props) is None
     corpus.decoded(wire.write_properties(props))  # py-amqp agrees
 
 

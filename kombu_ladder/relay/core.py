@@ -7,7 +7,7 @@ import time
 from types import TracebackType
 from typing import Any, Callable, Iterable, Optional
 
-from .. import wire
+from .. import readable, wire
 from ..contract import CONTROL, EXCHANGE, PARKING, PREFETCH
 from ..envelope import Deliver, Hop, Park, decide
 from ..text import escape, quote
@@ -165,7 +165,7 @@ class RelayCore(ChannelCloses):
             props = wire.read_properties(job.raw)
         except wire.WireError as exc:
             return self._park(job, f"malformed: its properties cannot be read: {escape(exc)}", raw_only=True)
-        problem = wire.problem(props)
+        problem = readable.problem(props)
         if problem is not None:
             return self._park(job, f"malformed: {problem}; its properties are kept as bytes", raw_only=True)
         job.props = props

@@ -65,7 +65,7 @@ class Headers(Mapping[str, Any]):
 def views(props: wire.Properties) -> tuple[Optional[Headers], dict[str, Any]]:
     """Return the headers (see :class:`Headers`) and the other properties as plain values.
 
-    Call only on properties :func:`kombu_ladder.wire.problem` accepted: their
+    Call only on properties :func:`kombu_ladder.readable.problem` accepted: their
     strings are UTF-8.
     """
     headers = None if props.headers is None else Headers(props.headers)
