@@ -27,6 +27,9 @@ I_STOPPED = "ladder relay stopped: %s"
 #: Seconds a stopping relay waits for outstanding confirms, so a clean stop duplicates nothing.
 STOP_GRACE = 2.0
 
+#: Seconds between the relay's ticks (back-offs, log summaries), run in the consumer's thread.
+TICK = 1.0
+
 
 class LadderRelay(bootsteps.ConsumerStep):
     """Relay expired ladder messages from inside a worker.
@@ -42,9 +45,10 @@ class LadderRelay(bootsteps.ConsumerStep):
         self.counters = Counters()
         allowed = LadderSettings.from_conf(c.app.conf).allowed_exchanges
         self.core = RelayCore(counters=self.counters, allowed_exchanges=allowed)
-        #: Parks deliveries to a missing exchange: a publish there would close the worker's
-        #: channel with 404, and Celery stops the worker on it (see kombu_ladder.targets).
+        #: Parks deliveries to a missing exchange (or one the worker may not write) before a
+        #: publish there would close the relay's channel (see kombu_ladder.targets).
         self.exchange_check: Any = None
+        self._ticker: Any = None
         super().__init__(c, **kwargs)
 
     def include_if(self, c: Any) -> bool:
@@ -70,6 +74,11 @@ class LadderRelay(bootsteps.ConsumerStep):
         self.consumers = self.get_consumers(channel)
         for consumer in self.consumers:
             consumer.consume()
+        # Ticks run where the relay's frames are read: the event loop (hub), or the consumer's
+        # own loop, which runs what call_soon queued (a timer thread only queues it).
+        hub = getattr(c, "hub", None)
+        self._ticker = (hub.call_repeatedly(TICK, self.core.tick) if hub is not None
+                        else c.timer.call_repeatedly(TICK, c.call_soon, (self.core.tick,)))
         c.ladder_relay = self
         logger.info(I_STARTED, CONTROL, self.core.prefetch)
 
@@ -87,6 +96,9 @@ class LadderRelay(bootsteps.ConsumerStep):
 
     def _finish(self, c: Any) -> None:
         """Stop taking expiries, then give outstanding confirms a moment to arrive."""
+        if self._ticker is not None:
+            self._ticker.cancel()
+            self._ticker = None
         if not self.consumers:
             return
         connection = getattr(c, "connection", None)
@@ -103,4 +115,5 @@ class LadderRelay(bootsteps.ConsumerStep):
                 continue
             except Exception:  # noqa: BLE001 - a dying connection: the broker requeues the rest
                 break
+        self.core.close()
         logger.info(I_STOPPED, self.counters.as_dict())

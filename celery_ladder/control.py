@@ -11,7 +11,7 @@ from .publish import scheduled_count
 __all__ = ["ladder", "COUNTER_NAMES"]
 
 #: The counters every worker reports, in this order.
-COUNTER_NAMES = ("scheduled", "received", "delivered", "hops", "malformed", "parked")
+COUNTER_NAMES = ("scheduled", "received", "delivered", "hops", "malformed", "parked", "refused")
 
 
 @inspect_command()

@@ -15,9 +15,13 @@ from .contract import (
     rung_name,
 )
 from .plan import MAX_DELAY, parse_due_at, place
+from .targets import is_internal, name_problem
+from .text import escape, quote
 
 __all__ = [
     "ORIGINAL_DELIVERY_MODE",
+    "REFUSALS",
+    "LOCAL_HEADERS",
     "CARRIED_PROPERTIES",
     "Deliver",
     "Hop",
@@ -28,6 +32,9 @@ __all__ = [
     "strip_death",
     "strip_for_delivery",
     "delivery_properties",
+    "delivered_content_type",
+    "delivered_mode",
+    "is_death_header",
     "decide",
 ]
 
@@ -35,6 +42,14 @@ __all__ = [
 #: mode, written only when it asked for a transient message. Rung messages are
 #: always persistent; delivery restores what the publisher asked for.
 ORIGINAL_DELIVERY_MODE = "x-ladder-delivery-mode"
+
+#: Local header (not part of the AceMQ contract): how many times the broker refused
+#: (nacked) the delivery of this message. Written on the retry hop of a refused
+#: delivery, so retries stay bounded across relays; stripped on delivery.
+REFUSALS = "x-ladder-refusals"
+
+#: Headers local to this library that a rung message may carry and a delivery never does.
+LOCAL_HEADERS: tuple[str, ...] = (ORIGINAL_DELIVERY_MODE, REFUSALS)
 
 #: AMQP properties carried unchanged through every hop and onto delivery.
 #: ``expiration`` is deliberately absent (never parked in a rung) and so is
@@ -116,19 +131,20 @@ def scheduled_properties(properties: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def is_death_header(name: Any) -> bool:
+    """Whether a header ``name`` (str, or bytes when it is not UTF-8) is RabbitMQ's dead-lettering bookkeeping."""
+    return isinstance(name, str) and (name == "x-death" or name.startswith(_DEATH_PREFIXES))
+
+
 def strip_death(headers: Mapping[str, Any]) -> dict[str, Any]:
     """Return ``headers`` without RabbitMQ's dead-lettering bookkeeping."""
-    return {
-        k: v
-        for k, v in headers.items()
-        if k != "x-death" and not k.startswith(_DEATH_PREFIXES)
-    }
+    return {k: v for k, v in headers.items() if not is_death_header(k)}
 
 
 def strip_for_delivery(headers: Mapping[str, Any]) -> dict[str, Any]:
-    """Return the application headers alone: no ``x-schedule-*`` and no death headers."""
+    """Return the application headers alone: no ``x-schedule-*``, local or death headers."""
     out = strip_death(headers)
-    for key in (*SCHEDULE_HEADERS, ORIGINAL_DELIVERY_MODE):
+    for key in (*SCHEDULE_HEADERS, *LOCAL_HEADERS):
         out.pop(key, None)
     return out
 
@@ -141,16 +157,47 @@ def delivery_properties(headers: Mapping[str, Any], properties: Mapping[str, Any
     they are), and the delivery mode from the publisher's own choice.
     """
     out = {k: properties[k] for k in CARRIED_PROPERTIES if properties.get(k) is not None}
-    content_type = headers.get(CONTENT_TYPE)
-    if isinstance(content_type, bytes):
-        content_type = content_type.decode("utf-8", "replace")
-    if isinstance(content_type, str) and content_type:
+    content_type = delivered_content_type(headers)
+    if content_type is not None:
         out["content_type"] = content_type
-    mode = headers.get(ORIGINAL_DELIVERY_MODE)
-    out["delivery_mode"] = mode if mode in (1, 2) else 2
+    out["delivery_mode"] = delivered_mode(headers)
     if properties.get("type") not in (None, MESSAGE_TYPE):
         out["type"] = properties["type"]
     return out
+
+
+def delivered_content_type(headers: Mapping[str, Any]) -> Optional[str]:
+    """The content type ``x-schedule-content-type`` restores on delivery, or None to keep the property."""
+    content_type = headers.get(CONTENT_TYPE)
+    if isinstance(content_type, bytes):
+        content_type = content_type.decode("utf-8", "replace")
+    return content_type if isinstance(content_type, str) and content_type else None
+
+
+def delivered_mode(headers: Mapping[str, Any]) -> int:
+    """The delivery mode a delivery restores: the publisher's (``x-ladder-delivery-mode``), else persistent."""
+    mode = headers.get(ORIGINAL_DELIVERY_MODE)
+    return mode if mode in (1, 2) and not isinstance(mode, bool) else 2
+
+
+def _shown(value: Any) -> str:
+    """A header value as a parking reason quotes it: its repr, escaped and bounded."""
+    return escape(repr(value))
+
+
+def _content_type_problem(headers: Mapping[str, Any]) -> Optional[str]:
+    value = headers.get(CONTENT_TYPE)
+    if isinstance(value, str):
+        value = value.encode("utf-8", "surrogatepass")
+    if not isinstance(value, bytes):
+        return None  # absent or not text: the message's own content_type property is delivered
+    if len(value) > 255:
+        return f"header {CONTENT_TYPE} is {len(value)} bytes, longer than a content type can be (255)"
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError:
+        return f"header {CONTENT_TYPE} is not valid UTF-8: {_shown(value)}"
+    return None
 
 
 def _text(value: Any) -> Optional[str]:
@@ -186,7 +233,7 @@ def decide(
         return Park(f"malformed: header {DUE_AT} is missing")
     due = parse_due_at(headers[DUE_AT])
     if due is None:
-        return Park(f"malformed: header {DUE_AT} is not an integer of epoch ms: {headers[DUE_AT]!r}")
+        return Park(f"malformed: header {DUE_AT} is not an integer of epoch ms: {_shown(headers[DUE_AT])}")
     if due < 0:
         return Park(f"malformed: header {DUE_AT} is negative: {due}")
     if due - now_ms > MAX_DELAY * 1000:
@@ -195,18 +242,29 @@ def decide(
         return Park(f"malformed: header {TARGET_EXCHANGE} is missing")
     exchange = _text(headers[TARGET_EXCHANGE])
     if exchange is None:
-        return Park(f"malformed: header {TARGET_EXCHANGE} is not a string: {headers[TARGET_EXCHANGE]!r}")
+        return Park(f"malformed: header {TARGET_EXCHANGE} is not a string: {_shown(headers[TARGET_EXCHANGE])}")
     if TARGET_ROUTING_KEY not in headers:
         return Park(f"malformed: header {TARGET_ROUTING_KEY} is missing")
     routing_key = _text(headers[TARGET_ROUTING_KEY])
     if routing_key is None:
         return Park(
-            f"malformed: header {TARGET_ROUTING_KEY} is not a string: {headers[TARGET_ROUTING_KEY]!r}"
+            f"malformed: header {TARGET_ROUTING_KEY} is not a string: {_shown(headers[TARGET_ROUTING_KEY])}"
         )
     if not exchange and not routing_key:
         return Park(f"malformed: header {TARGET_ROUTING_KEY} is empty for the default exchange")
+    for header, what, name in ((TARGET_EXCHANGE, "exchange", exchange),
+                               (TARGET_ROUTING_KEY, "routing key", routing_key)):
+        problem = name_problem(what, name)
+        if problem is not None:
+            return Park(f"malformed: header {header}: the target {problem}")
+    if is_internal(exchange):
+        return Park(f"unroutable: target exchange {quote(exchange)} is internal to RabbitMQ, "
+                    f"which refuses every publish to it")
+    problem = _content_type_problem(headers)
+    if problem is not None:
+        return Park(f"malformed: {problem}")
     if allow_exchange is not None and not allow_exchange(exchange):
-        return Park(f"refused: target exchange {exchange!r} is not in the relay's allow-list")
+        return Park(f"refused: target exchange {quote(exchange)} is not in the relay's allow-list")
 
     rung = place(due, now_ms)
     if rung is None:

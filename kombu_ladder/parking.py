@@ -8,10 +8,22 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from .contract import CONTROL, EXCHANGE, PARKED_AT, PARKED_REASON, PARKING
+from .envelope import REFUSALS
 
-__all__ = ["ReplayResult", "parked_reasons", "replay", "unparked_headers"]
+__all__ = ["PARKED_ID", "RAW_PROPERTIES", "ReplayResult", "parked_reasons", "replay", "unparked_headers"]
 
 logger = logging.getLogger(__name__)
+
+#: Header on a parked message: an id unique to that parking (local to this library).
+PARKED_ID = "x-ladder-parked-id"
+
+#: Header on a parked message whose properties no client could read (not UTF-8, nested too
+#: deep, a timestamp past the year 9999...): those properties, as the bytes that arrived.
+RAW_PROPERTIES = "x-ladder-raw-properties"
+
+#: Headers a replay removes: the parking's own, and the count of refused deliveries (a replayed
+#: message gets its retries afresh).
+_UNPARKED = (PARKED_REASON, PARKED_AT, PARKED_ID, REFUSALS)
 
 I_REPLAYED = "replayed %d parked message(s) to %s; %d left parked"
 
@@ -32,7 +44,7 @@ def unparked_headers(headers: Optional[dict[str, Any]]) -> dict[str, Any]:
     The ``x-schedule-*`` headers it had when it was parked stay, so the relay
     decides about it again exactly as it did the first time.
     """
-    return {k: v for k, v in (headers or {}).items() if k not in (PARKED_REASON, PARKED_AT)}
+    return {k: v for k, v in (headers or {}).items() if k not in _UNPARKED}
 
 
 def _reason(message: Any) -> str:

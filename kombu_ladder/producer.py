@@ -15,6 +15,8 @@ from kombu import Exchange, Producer
 from .contract import EXCHANGE, MESSAGE_TYPE, rung_name
 from .envelope import scheduled_headers
 from .plan import Delay, due_at_ms, place
+from .targets import is_internal, name_problem
+from .text import quote
 from .topology import declare
 
 __all__ = ["LadderProducerMixin", "LadderProducer", "target_name"]
@@ -114,6 +116,12 @@ class LadderProducerMixin:
             raise TypeError(f"routing_key must be a str, not {type(routing_key).__name__}")
         if not exchange and not routing_key:
             raise ValueError("routing_key is required when publishing to the default exchange ('')")
+        for argument, what, name in (("exchange", "exchange", exchange), ("routing_key", "routing key", routing_key)):
+            problem = name_problem(what, name)
+            if problem is None and what == "exchange" and is_internal(name):
+                problem = "exchange is internal to RabbitMQ, which refuses every publish to it"
+            if problem is not None:  # the relay would park it when due: refuse it now
+                raise ValueError(f"{argument} {quote(name, limit=60)} cannot be delivered to: the {problem}")
 
         headers = dict(params["headers"] or {})
         body, content_type, content_encoding = self._prepare(  # type: ignore[attr-defined]

@@ -9,6 +9,8 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Callable, Iterable, Optional
 
+from kombu.compression import compress
+
 from .contract import ORIGINAL_ROUTING_KEY, PREFETCH, REPUBLISH_COUNT, RUNGS, describe
 from .plan import Delay, delay_seconds, parse_due_at, to_millis
 from .producer import LadderProducer
@@ -38,6 +40,21 @@ def republish_count(message: Any) -> int:
     """Return how many times ``message`` has been republished (0 for an original)."""
     count = parse_due_at((message.headers or {}).get(REPUBLISH_COUNT))
     return count if count is not None and count > 0 else 0
+
+
+def _body_as_it_came(message: Any) -> Any:
+    """The body bytes a consumed message arrived with.
+
+    kombu decompresses a body with a ``compression`` header when the message is
+    received; republished with that header, it must be compressed again (kombu's
+    codecs are deterministic: the same bytes come back). A body kombu could not
+    decompress is left as it came.
+    """
+    compression = (message.headers or {}).get("compression")
+    if not compression or getattr(message, "errors", None):
+        return message.body
+    body = message.body
+    return compress(body.encode("utf-8") if isinstance(body, str) else body, compression)[0]
 
 
 def _confirming(channel: Any) -> Any:
@@ -154,7 +171,7 @@ class Scheduler:
             if props.get(k) is not None
         }
         self._publish(
-            message.body, queue, "", countdown=delay, headers=headers,
+            _body_as_it_came(message), queue, "", countdown=delay, headers=headers,
             content_type=message.content_type or "application/octet-stream",
             content_encoding=message.content_encoding or "binary", **properties,
         )

@@ -1,4 +1,4 @@
-"""Whether a target exchange can be published to, asked on a side connection and remembered."""
+"""Whether the relay may publish to a target: names checked here, exchanges asked on a side connection."""
 
 from __future__ import annotations
 
@@ -6,69 +6,136 @@ import logging
 import time
 from typing import Any, Callable, Optional
 
-__all__ = ["ExchangeCheck"]
+from .contract import EXCHANGE
+from .text import quote
+
+__all__ = ["MAX_NAME", "INTERNAL_PREFIX", "ExchangeCheck", "name_problem", "is_internal"]
 
 logger = logging.getLogger(__name__)
 
-W_MISSING = "target exchange %r cannot be published to: %s"
+W_MISSING = "target exchange %s cannot be published to: %s"
+W_UNCHECKED = "cannot check target exchange %s (%s); publishing anyway"
+
+#: The longest exchange name or routing key AMQP can carry, in bytes of UTF-8 (a short string).
+MAX_NAME = 255
+
+#: RabbitMQ's own exchanges (``amq.rabbitmq.trace``, ``amq.rabbitmq.log``) are internal: a publish
+#: to one closes the channel with 403.
+INTERNAL_PREFIX = "amq.rabbitmq."
+
+#: Routing key of the write probe: an unbind of a binding that does not exist.
+PROBE_KEY = "kombu-ladder.write-probe"
+
+
+def name_problem(what: str, name: str) -> Optional[str]:
+    """Say why ``name`` (an exchange or a routing key, ``what`` says which) cannot go on the wire, or None."""
+    size = len(name.encode("utf-8", "surrogatepass"))
+    if size > MAX_NAME:
+        return f"{what} is {size} bytes of UTF-8, longer than AMQP's {MAX_NAME}"
+    return None
+
+
+def is_internal(exchange: str) -> bool:
+    """Whether ``exchange`` is one of RabbitMQ's own internal exchanges (publishing there closes the channel)."""
+    return exchange.startswith(INTERNAL_PREFIX)
 
 
 class ExchangeCheck:
-    """Ask the broker (passively) whether a target exchange exists before a delivery.
+    """Ask the broker whether a target exchange may be published to, before a delivery.
 
-    On RabbitMQ a publish to a missing exchange is not returned: it closes the
-    channel with 404 NOT_FOUND. The relay's channel would die, the expired
-    message would come back, and the relay would loop on it forever. The check
-    runs on a connection of its own (a clone, so no frame of the relay's
-    channel is read while it waits), and an exchange found to exist is trusted
-    for ``ttl`` seconds. The default exchange ``""`` always exists.
+    On RabbitMQ a publish to a missing exchange, to an internal one or to one
+    the user may not write is not returned: it closes the channel (404 or 403).
+    So the relay asks first, on a connection of its own (a clone, so that no
+    frame of the relay's channels is read while it waits):
+
+    * whether the exchange exists (a passive declare);
+    * whether the user may write to it: an unbind of a binding that does not
+      exist needs exactly the write permission a publish needs, and changes
+      nothing.
+
+    An exchange found usable is trusted for ``ttl`` seconds. One found unusable
+    is refused without asking again while messages for it keep coming (less
+    than ``negative_idle`` seconds apart) and for at most ``negative_ttl``
+    seconds: a storm of messages to one missing exchange costs a question every
+    few seconds, while a message replayed after the operator declared the
+    exchange (the relay was idle meanwhile) is asked about afresh. What the broker
+    refused on the relay's own channel (an internal exchange, say, which no
+    question reveals) is remembered through :meth:`learn`. The default
+    exchange ``""`` always exists.
 
     Calling the check returns ``None`` when the exchange can be published to,
-    or the broker's reason when it cannot.
+    or the reason when it cannot.
     """
 
-    #: How long (seconds) an exchange found to exist is trusted without asking again.
+    #: How long (seconds) an exchange found usable is trusted without asking again.
     TTL = 60.0
+    #: How long (seconds) an exchange found unusable is refused at most without asking again.
+    NEGATIVE_TTL = 5.0
+    #: ...provided messages for it keep coming less than this many seconds apart.
+    NEGATIVE_IDLE = 0.25
 
-    def __init__(self, connection: Any, *, ttl: float = TTL,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, connection: Any, *, ttl: float = TTL, negative_ttl: float = NEGATIVE_TTL,
+                 negative_idle: float = NEGATIVE_IDLE, clock: Callable[[], float] = time.monotonic) -> None:
         self.connection = connection
         self.ttl = ttl
+        self.negative_ttl = negative_ttl
+        self.negative_idle = negative_idle
         self._clock = clock
-        self._known: dict[str, float] = {}
+        #: exchange -> [answer good until, reason (None: usable), last asked or used, idle rule applies]
+        self._known: dict[str, list[Any]] = {}
+        #: Questions asked of the broker so far (each a round trip or two).
+        self.asked = 0
 
     def __call__(self, exchange: str) -> Optional[str]:
         if not exchange:
             return None
         now = self._clock()
-        seen = self._known.get(exchange)
-        if seen is not None and now - seen < self.ttl:
-            return None
+        known = self._known.get(exchange)
+        if known is not None and now < known[0] and (not known[3] or now - known[2] < self.negative_idle):
+            known[2] = now
+            return known[1]  # type: ignore[no-any-return]
+        self.asked += 1
+        reason = self._ask(exchange)
+        if reason is not None:
+            logger.warning(W_MISSING, quote(exchange), reason)
+        self._known[exchange] = [now + (self.ttl if reason is None else self.negative_ttl), reason, now,
+                                 reason is not None]
+        return reason
+
+    def _ask(self, exchange: str) -> Optional[str]:
         conn = self.connection
         try:
             channel = conn.channel()
-        except conn.connection_errors:
-            logger.warning("cannot check target exchange %r; publishing anyway", exchange, exc_info=True)
+        except conn.connection_errors as exc:
+            logger.warning(W_UNCHECKED, quote(exchange), quote(exc))
             return None
         try:
             channel.exchange_declare(exchange=exchange, type="direct", passive=True)
+            channel.exchange_unbind(destination=exchange, source=EXCHANGE, routing_key=PROBE_KEY)
         except conn.channel_errors as exc:
-            reason = str(getattr(exc, "reply_text", "") or exc)
-            logger.warning(W_MISSING, exchange, reason)
-            return reason
-        except conn.connection_errors:
-            logger.warning("cannot check target exchange %r; publishing anyway", exchange, exc_info=True)
+            text = str(getattr(exc, "reply_text", "") or exc)
+            if getattr(exc, "reply_code", None) == 403 and f"exchange '{EXCHANGE}'" in text:
+                logger.warning(W_UNCHECKED, quote(exchange), quote(text))  # no read on the ladder exchange
+                return None
+            return quote(text)
+        except conn.connection_errors as exc:
+            logger.warning(W_UNCHECKED, quote(exchange), quote(exc))
             return None
         finally:
             try:
                 channel.close()
             except Exception:  # noqa: BLE001 - closed by the broker already
                 pass
-        self._known[exchange] = now
         return None
 
+    def learn(self, exchange: str, reason: str, *, ttl: Optional[float] = None) -> None:
+        """Refuse ``exchange``: the broker said ``reason`` to a publish there. For ``ttl`` seconds when
+        given (what no question reveals, such as an internal exchange), else as a negative answer."""
+        now = self._clock()
+        self._known[exchange] = [now + (self.negative_ttl if ttl is None else ttl), reason, now, ttl is None]
+
     def forget(self) -> None:
-        """Forget every exchange found to exist (after the relay's channel died, for instance)."""
+        """Forget every answer (after the relay's connection was lost, for instance)."""
         self._known.clear()
 
     def close(self) -> None:

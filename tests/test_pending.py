@@ -1,91 +1,103 @@
-"""Pure tests of the relay's confirm bookkeeping (kombu_ladder.relay.pending): no broker."""
+"""Pure tests of the relay's bookkeeping (kombu_ladder.relay.pending): no broker."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from kombu_ladder.relay.pending import Entry, Pending
+from kombu_ladder.relay.pending import Job, Pending, Publish
 
 
-@dataclass
-class Source:
-    delivery_tag: int
+def job(tag: int, body: bytes = b"x") -> Job:
+    return Job(tag=tag, body=body, raw=b"\x00\x00")
 
 
-def deliver(tag: int, body: object = b"x", routing_key: str = "q") -> Entry:
-    return Entry(Source(tag), "deliver", "", routing_key, body)
+def deliver(j: Job, routing_key: str = "q", raw: bytes = b"\x00\x00") -> Publish:
+    return Publish(j, "deliver", "", routing_key, raw)
 
 
-def test_release_acks_the_longest_confirmed_prefix_only() -> None:
+def sent(pending: Pending, *publishes: Publish) -> list[int]:
+    for publish in publishes:
+        pending.track(publish.job)
+        assert pending.submit(publish)
+    return [p.seq for p in publishes]  # type: ignore[misc]
+
+
+def test_release_acks_the_finished_front_with_multiple_and_the_rest_one_by_one() -> None:
     pending = Pending()
-    for tag in (1, 2, 3):
-        pending.add(deliver(tag))
-    pending.confirm(2, multiple=False)
-    assert pending.release() == ([], None), "seq 1 is unconfirmed: nothing may be acked"
-    pending.confirm(1, multiple=False)
-    released, last = pending.release()
-    assert [e.source.delivery_tag for e in released] == [1, 2]
-    assert last == Source(2)
-    assert len(pending) == 1
+    jobs = [job(tag) for tag in (1, 2, 3, 4)]
+    for j in jobs:
+        pending.track(j)
+    jobs[1].done = jobs[3].done = True
+    assert pending.release() == (None, [2, 4]), "tag 1 is unfinished: 2 and 4 are acked alone"
+    jobs[0].done = True
+    assert pending.release() == (1, [])
+    jobs[2].done = True
+    assert pending.release() == (3, [])
+    assert not pending.jobs
 
 
-def test_multiple_ack_covers_every_unconfirmed_entry_up_to_the_tag() -> None:
+def test_a_multiple_confirm_covers_every_publish_up_to_its_tag_in_order() -> None:
     pending = Pending()
-    for tag in (1, 2, 3):
-        pending.add(deliver(tag))
-    pending.confirm(2, multiple=True)
-    released, last = pending.release()
-    assert last == Source(2) and len(released) == 2
-
-
-def test_a_multiple_nack_does_not_cover_entries_already_confirmed() -> None:
-    pending = Pending()
-    first = pending.add(deliver(1))
-    pending.get(first).waiting_on = pending.next_seq  # type: ignore[union-attr]
-    replacement = pending.add(Entry(None, "park", "", "parked", None, parent=first))
-    later = pending.add(deliver(2))
-    pending.confirm(first, multiple=False)
-    pending.confirm(replacement, multiple=False)
-    assert pending.seqs(later, multiple=True) == [later]
-
-
-def test_an_entry_waits_for_its_whole_chain_of_replacements() -> None:
-    pending = Pending()
-    first = pending.add(deliver(1))
-    pending.get(first).waiting_on = pending.next_seq  # type: ignore[union-attr]
-    retry = pending.add(Entry(None, "hop", "acemq.schedule", "acemq.schedule.1s", b"x", parent=first))
-    pending.get(retry).waiting_on = pending.next_seq  # type: ignore[union-attr]
-    park = pending.add(Entry(None, "park", "", "parked", None, parent=retry))
-    pending.confirm(first, multiple=False)
-    pending.confirm(retry, multiple=False)
-    assert pending.release() == ([], None), "the park replacing the retry is not confirmed yet"
-    pending.confirm(park, multiple=False)
-    released, last = pending.release()
-    assert last == Source(1) and [e.kind for e in released] == ["deliver", "hop", "park"]
-
-
-def test_settled_entries_are_released_without_being_counted_or_acked() -> None:
-    pending = Pending()
-    seq = pending.add(deliver(1))
-    entry = pending.get(seq)
-    assert entry is not None
-    entry.confirmed = entry.settled = True
-    assert pending.release() == ([], None)
+    seqs = sent(pending, *(deliver(job(tag), routing_key=f"q{tag}") for tag in (1, 2, 3)))
+    assert seqs == [1, 2, 3]
+    assert [p.seq for p in pending.confirmed(2, multiple=True)] == [1, 2]
+    assert pending.confirmed(2, multiple=False) == [], "already confirmed"
+    assert [p.seq for p in pending.confirmed(3, multiple=False)] == [3]
     assert len(pending) == 0
 
 
-def test_a_return_matches_the_oldest_unconfirmed_delivery_with_its_body_as_bytes_or_text() -> None:
+def test_confirms_out_of_order_remove_exactly_what_they_cover() -> None:
+    """RabbitMQ confirms an unroutable publish at once and a routed one later: acks come out of order."""
     pending = Pending()
-    pending.add(deliver(1, body=b"other"))
-    second = pending.add(deliver(2, body='{"n": 1}'))
-    pending.add(deliver(3, body='{"n": 1}'))
-    found = pending.match_return("", "q", b'{"n": 1}')
-    assert found is not None and found[0] == second
-    assert pending.match_return("", "elsewhere", b'{"n": 1}') is None
+    sent(pending, *(deliver(job(tag), routing_key=f"q{tag}") for tag in (1, 2, 3)))
+    assert [p.seq for p in pending.confirmed(3, multiple=False)] == [3]
+    assert [p.seq for p in pending.confirmed(2, multiple=True)] == [1, 2]
 
 
-def test_reset_numbers_confirms_from_one_again() -> None:
+def test_a_return_names_exactly_one_publish_even_among_identical_bodies() -> None:
     pending = Pending()
-    pending.add(deliver(1))
-    pending.reset()
-    assert len(pending) == 0 and pending.next_seq == 1
+    routed = deliver(job(1, b"same"), raw=b"route=yes")
+    unroutable = deliver(job(2, b"same"), raw=b"route=no")
+    sent(pending, routed, unroutable)
+    assert pending.returned("", "q", b"route=no", b"same") is unroutable
+    assert pending.returned("", "q", b"route=yes", b"same") is routed
+    assert pending.returned("", "elsewhere", b"route=no", b"same") is None
+
+
+def test_identical_publishes_are_never_in_flight_together() -> None:
+    """A second publish with the same bytes waits for the first's confirm, so a return is never ambiguous."""
+    pending = Pending()
+    first, second = deliver(job(1, b"twin")), deliver(job(2, b"twin"))
+    pending.track(first.job)
+    pending.track(second.job)
+    assert pending.submit(first)
+    assert not pending.submit(second), "held behind its twin"
+    assert second.seq is None and len(pending) == 2
+    first.returned = "unroutable"
+    assert pending.returned("", "q", b"\x00\x00", b"twin") is None, "the returned one is not matched again"
+    (confirmed,) = pending.confirmed(first.seq, multiple=False)  # type: ignore[arg-type]
+    assert confirmed is first
+    assert pending.unhold(first.key) is second
+    assert pending.unhold(first.key) is None
+    assert pending.submit(second) and second.seq == 2
+
+
+def test_losing_the_channel_returns_the_unconfirmed_in_order_and_numbers_from_one_again() -> None:
+    pending = Pending()
+    a, b, c = deliver(job(1), "a"), deliver(job(2), "b"), deliver(job(3), "a")
+    sent(pending, a, b)
+    pending.track(c.job)
+    held = deliver(job(4), "a")
+    pending.track(held.job)
+    assert not pending.submit(held)
+    pending.confirmed(1, multiple=False)
+    lost, kept = pending.lose_channel()
+    assert lost == [b] and kept == [held]
+    assert len(pending) == 0
+    assert pending.submit(c) and c.seq == 1
+
+
+def test_forgetting_the_jobs_leaves_nothing_to_ack() -> None:
+    pending = Pending()
+    j = pending.track(job(7))
+    j.done = True
+    pending.forget_jobs()
+    assert pending.release() == (None, [])

@@ -100,3 +100,15 @@ def test_bad_republish_leaves_the_original_unacked(
         assert get(conn, "t.work") is None
         message.requeue()
         assert ladder_backend.wait_until(lambda: get(conn, "t.work"), 10, "the requeued job").decode() == {"n": 1}
+
+
+def test_a_compressed_message_is_republished_with_the_bytes_it_came_with(ladder_backend: Any) -> None:
+    """kombu decompresses on receipt; the copy carries the compression header, so it must be compressed again."""
+    with ladder_backend.connection() as conn, Scheduler.on(conn, clock=ladder_backend.clock) as sched:
+        declare_target(conn, "t.zipped")
+        Producer(conn.default_channel).publish({"big": "x" * 3000}, routing_key="t.zipped", compression="zlib")
+        first = ladder_backend.wait_until(lambda: get(conn, "t.zipped", no_ack=False), 10, "the original")
+        sched.republish(first, 1.2, queue="t.zipped")
+        again = ladder_backend.wait_until(lambda: get(conn, "t.zipped"), 20, "the copy")
+        assert again.headers["compression"] == "application/x-gzip" and not again.errors
+        assert again.decode() == {"big": "x" * 3000}

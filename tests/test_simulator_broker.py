@@ -133,15 +133,29 @@ def test_exclusive_and_auto_delete_queues(broker: SimulatedBroker) -> None:
     assert "mine" not in broker.queue_names()
 
 
-def test_channel_errors_reset_the_channel_as_py_amqp_does(conn: Any) -> None:
+def test_channel_errors_reset_the_channel_as_py_amqp_does(conn: Any, broker: SimulatedBroker) -> None:
     channel = conn.channel()
-    with pytest.raises(NotFound):
-        channel.basic_publish(channel.prepare_message(b"x"), exchange="missing", routing_key="k")
+    channel.queue_declare(queue="fine")
+    # A publish does not wait: the broker's channel.close comes later, and what was published
+    # on the channel meanwhile is dropped, as RabbitMQ does.
+    channel.basic_publish(channel.prepare_message(b"x"), exchange="missing", routing_key="k")
+    channel.basic_publish(channel.prepare_message(b"dropped"), exchange="", routing_key="fine")
+    with pytest.raises(NotFound, match="no exchange 'missing'"):  # read instead of the declare's reply
+        channel.queue_declare(queue="fine", passive=True)
+    assert broker.depth("fine") == 0
     with pytest.raises(NotFound):
         channel.queue_declare(queue="missing", passive=True)
     with pytest.raises(AccessRefused):
         channel.queue_bind(queue="q", exchange="")
     assert channel.queue_declare(queue="fine").queue == "fine"  # the channel is usable again
+
+
+def test_a_channel_closed_by_a_publish_raises_from_drain_events_like_py_amqp(conn: Any) -> None:
+    channel = conn.channel()
+    channel.basic_publish(channel.prepare_message(b"x"), exchange="amq.rabbitmq.trace", routing_key="k")
+    with pytest.raises(AccessRefused, match="cannot publish to internal exchange 'amq.rabbitmq.trace'"):
+        conn.drain_events(timeout=0)
+    assert channel.queue_declare(queue="after").queue == "after"  # reopened, as py-amqp does
 
 
 def test_a_return_without_handler_raises_from_drain_events_like_py_amqp(conn: Any, broker: SimulatedBroker) -> None:

@@ -4,51 +4,43 @@ from __future__ import annotations
 
 import logging
 import time
+from types import TracebackType
 from typing import Any, Callable, Iterable, Optional
 
-from amqp import spec
-from amqp.channel import Channel as AmqpChannel
-from amqp.exceptions import RecoverableConnectionError
-from kombu import Consumer, Queue
-from kombu.compression import compress
-
-from ..contract import CONTROL, EXCHANGE, PARKED_AT, PARKED_REASON, PARKING, PREFETCH, RUNGS, rung_name
-from ..envelope import Deliver, Hop, Park, decide, scheduled_headers, scheduled_properties, strip_death
+from .. import readable, wire
+from ..contract import CONTROL, EXCHANGE, PARKING, PREFETCH
+from ..envelope import Deliver, Hop, Park, decide
+from ..text import escape, quote
+from . import link, outgoing
+from .closes import ChannelCloses
 from .counters import AllowList, Counters
-from .pending import Entry, Pending
+from .notices import Notices
+from .pending import Job, Pending, Publish
+from .settle import CONNECTION_ERRORS, MAX_REFUSALS, guarded
 
-__all__ = ["RelayCore"]
+__all__ = ["RelayCore", "RelayConsumer"]
 
 logger = logging.getLogger("kombu_ladder.relay")
 
-W_PARKED = "parked a message from %s: %s"
-W_LATE_RETURN = "a delivery to %r/%r was returned after its confirm; parking the returned copy"
-W_REFUSED = "broker refused (nack) a delivery to %r/%r; retrying it after the %s rung"
-W_NACKED = "broker refused (nack) a republish; the expired message goes back to %s"
-W_NO_CONFIRMS = "transport of %r has no publisher confirms; republishes are not confirmed"
-
-#: AMQP properties read off a consumed message (besides its headers).
-PROPERTY_NAMES = (
-    "content_type", "content_encoding", "correlation_id", "reply_to", "message_id",
-    "priority", "timestamp", "type", "app_id", "cluster_id", "delivery_mode",
-)
-
-#: The rung a refused delivery waits in before it is tried again.
-RETRY_RUNG = RUNGS[-1]
+E_MESSAGE = "the relay failed on a message (delivery tag %s); parking it"
 
 
-class RelayCore:
-    """The relay's logic on one channel, independent of how it is driven.
+class RelayCore(ChannelCloses):
+    """The relay's logic on one connection, independent of how it is driven.
 
-    :meth:`consumer` puts a channel into confirm mode and returns the kombu
-    consumer of the control queue. Each expired message is published exactly
-    once (a delivery, a hop or a parking) and acked only after the broker
-    confirms that publish; confirms are pipelined across the prefetch window.
-    A returned (unroutable) publish is replaced by a parking, a refused (nacked)
-    delivery by a retry through the smallest rung; the expired message is acked
-    only once the replacement is confirmed. The standalone
-    :class:`~kombu_ladder.relay.Relay`, the Celery bootstep and the simulator
-    all drive this class.
+    :meth:`consumer` takes the channel to consume ``acemq.schedule.due`` on and
+    returns what a consumer loop holds (kombu's ``ConsumerMixin``, a Celery
+    ``ConsumerStep``); publishes go on a second channel of the same connection,
+    in confirm mode, so a publish the broker refuses with a channel error
+    never takes the consumed messages back. Each expired message is published
+    exactly once (a delivery, a hop or a parking, every one ``mandatory``) and
+    acked only after the broker confirmed that publish; confirms are
+    pipelined across the prefetch window. Whatever a message holds, its
+    handling ends in a publish: :meth:`on_message` is the one place its fate
+    is decided, and the one ``except`` around it parks it with the reason.
+    The standalone :class:`~kombu_ladder.relay.Relay`, the Celery bootstep and
+    the simulator all drive this class; the driver calls :meth:`tick` about
+    once a second, for back-offs and log summaries.
     """
 
     def __init__(
@@ -59,242 +51,173 @@ class RelayCore:
         allowed_exchanges: Optional[Iterable[str]] = None,
         counters: Optional[Counters] = None,
         exchange_check: Optional[Callable[[str], Optional[str]]] = None,
+        max_refusals: int = MAX_REFUSALS,
     ) -> None:
         if not isinstance(prefetch, int) or isinstance(prefetch, bool) or prefetch < 1:
             raise ValueError(f"prefetch must be a positive integer, not {prefetch!r}")
+        if not isinstance(max_refusals, int) or isinstance(max_refusals, bool) or max_refusals < 0:
+            raise ValueError(f"max_refusals must be a non-negative integer, not {max_refusals!r}")
         self.clock = clock
         self.prefetch = prefetch
         self.allow = AllowList(allowed_exchanges)
         self.counters = counters if counters is not None else Counters()
         #: Returns why a target exchange cannot be published to (None if it can); see ExchangeCheck.
         self.exchange_check = exchange_check
-        self.channel: Any = None
-        self._pending = Pending()
-        self._confirms = False
+        #: How many times a delivery the broker refuses through the default exchange is retried.
+        self.max_refusals = max_refusals
+        self.notices = Notices(logger)
+        self.pending = Pending()
+        self._consume: Any = None
+        self._publisher: Any = None
+        self._guard: Any = None
+        self._tag: Optional[str] = None
+        self._waiting: list[Publish] = []
+        self._careful = None
 
-    def consumer(self, channel: Any) -> Consumer:
-        """Bind to ``channel`` (confirm mode, return handlers) and return the consumer."""
-        self.channel = channel
-        self._pending.reset()
-        self._confirms = hasattr(channel, "confirm_select") and hasattr(channel, "events")
-        if self._confirms:
-            channel.confirm_select()
-            channel.events["basic_ack"].add(self._on_ack)
-            channel.events["basic_nack"].add(self._on_nack)
-            channel.events["basic_return"].add(self._on_return)
-        else:
-            logger.warning(W_NO_CONFIRMS, channel)
-        return Consumer(
-            channel,
-            queues=[Queue(CONTROL, no_declare=True)],
-            on_message=self.on_message,
-            prefetch_count=self.prefetch,
-            no_ack=False,
-        )
+    @property
+    def channel(self) -> Any:
+        """The channel the relay consumes on (None while it has none)."""
+        return self._consume
+
+    def consumer(self, channel: Any) -> "RelayConsumer":
+        """Take ``channel`` to consume on; return the consumer (call ``consume()`` to start)."""
+        self._consume = channel
+        self._publisher = None  # a new connection (after a reconnect): the old channels are gone
+        self.pending = Pending()
+        self._waiting = []
+        self._careful = None
+        return RelayConsumer(self)
 
     @property
     def outstanding(self) -> int:
         """Publishes not yet confirmed by the broker."""
-        return len(self._pending)
+        return len(self.pending)
 
-    # -- one expired message ---------------------------------------------------
+    # -- channels ----------------------------------------------------------------------
+
+    def _start(self) -> None:
+        self._guard = link.guard_of(self._consume)
+        self._open_publisher()
+        self._open_consumer(self._consume)
+
+    def _open_publisher(self) -> None:
+        channel = link.sibling(self._consume)
+        channel.auto_decode = False  # its returns carry no properties to decode by (see link.Guard)
+        channel.confirm_select()
+        channel.events["basic_ack"].add(self._on_ack)
+        channel.events["basic_nack"].add(self._on_nack)
+        channel.events["basic_return"].add(self._on_return)
+        self._guard.watch(channel, self._publisher_closed)
+        self._publisher = channel
+
+    def _open_consumer(self, channel: Any) -> None:
+        self._consume = channel
+        channel.auto_decode = False  # the relay passes bodies on as bytes
+        self._guard.watch(channel, self._consume_closed)
+        channel.basic_qos(0, self.prefetch, False)
+        self._tag = channel.basic_consume(CONTROL, callback=self.on_message, no_ack=False)
+
+    def _cancel(self) -> None:
+        """Stop taking messages; what was taken is still published and acked as confirms arrive."""
+        channel, tag = self._consume, self._tag
+        self._tag = None
+        if channel is not None and tag is not None:
+            try:
+                channel.basic_cancel(tag)
+            except CONNECTION_ERRORS:
+                logger.debug("cancelling the relay consumer failed", exc_info=True)
+
+    def close(self) -> None:
+        """Close the publishing channel (the consuming one is the driver's)."""
+        if self._guard is not None:
+            self._guard.unwatch(self._publisher)
+            self._guard.unwatch(self._consume)
+        link.close_quietly(self._publisher)
+        self._publisher = None
+
+    @guarded("a tick")
+    def tick(self) -> None:
+        """Send again what waited for its back-off; write the log summaries that are due."""
+        if self._waiting:
+            self._due_again(self.clock())
+        self.notices.flush()
+
+    # -- one expired message -------------------------------------------------------------
 
     def on_message(self, message: Any) -> None:
-        """Handle one expired message from the control queue."""
+        """Handle one expired message from the control queue: the one place its fate is decided."""
         self.counters.received += 1
-        headers = message.headers
-        properties = properties_of(message)
-        decision = decide(headers, properties, int(self.clock() * 1000), allow_exchange=self.allow)
+        raw = self._guard.take(self._consume) if self._guard is not None else None
+        tag = message.delivery_info["delivery_tag"]
+        job = self.pending.track(Job(tag=tag, body=bytes(message.body), raw=b"\x00\x00" if raw is None else raw))
+        try:
+            self._handle(job)
+        except CONNECTION_ERRORS:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the one boundary: no message stops the relay
+            self.notices.warn("internal", E_MESSAGE, tag, level=logging.ERROR, exc_info=True)
+            if job.publish is None:
+                self._park(job, f"unhandled: the relay failed on this message: {type(exc).__name__}: "
+                                f"{escape(exc)}", raw_only=True)
+
+    def _handle(self, job: Job) -> None:
+        try:
+            props = wire.read_properties(job.raw)
+        except wire.WireError as exc:
+            return self._park(job, f"malformed: its properties cannot be read: {escape(exc)}", raw_only=True)
+        problem = readable.problem(props)
+        if problem is not None:
+            return self._park(job, f"malformed: {problem}; its properties are kept as bytes", raw_only=True)
+        job.props = props
+        job.headers, properties = outgoing.views(props)
+        repeated = outgoing.twice(props, job.headers)
+        if repeated is not None:
+            return self._park(job, f"malformed: header {repeated} is given more than once")
+        decision = decide(job.headers, properties, int(self.clock() * 1000), allow_exchange=self.allow)
         if isinstance(decision, Deliver) and decision.exchange and self.exchange_check is not None:
-            # A publish to a missing exchange is not returned: it kills the channel (404), and the
-            # expired message would come back and kill it again, forever.
+            # A publish the broker refuses outright (a missing exchange, one the relay may not
+            # write) closes the channel: better asked first (the answer is cached).
             problem = self.exchange_check(decision.exchange)
             if problem is not None:
-                decision = Park(f"unroutable: target exchange {decision.exchange!r} cannot be published to: "
-                                f"{problem} (routing_key={decision.routing_key!r})")
+                decision = Park(f"unroutable: target exchange {quote(decision.exchange)} cannot be published "
+                                f"to: {problem} (routing_key={quote(decision.routing_key)})")
         if isinstance(decision, Deliver):
-            self._publish(Entry(message, "deliver", decision.exchange, decision.routing_key, body_of(message)),
-                          decision.headers, decision.properties, mandatory=True)
+            raw = outgoing.delivery(props, job.headers or {})
+            self._send(Publish(job, "deliver", decision.exchange, decision.routing_key, raw))
         elif isinstance(decision, Hop):
             # Mandatory too: a hop into a rung deleted under the relay is returned and parked, not lost.
-            self._publish(Entry(message, "hop", EXCHANGE, decision.queue, body_of(message)),
-                          decision.headers, decision.properties, mandatory=True)
+            self._send(Publish(job, "hop", EXCHANGE, decision.queue, outgoing.hop(props)))
         else:
-            if decision.reason.startswith("malformed"):
-                self.counters.malformed += 1
-            self._park(message, decision, headers, properties)
-
-    def _park(self, source: Any, decision: Park, headers: Any, properties: dict[str, Any],
-              parent: Optional[int] = None, body: Any = None) -> int:
-        logger.warning(W_PARKED, CONTROL, decision.reason)
-        parked_headers = strip_death(headers) if isinstance(headers, dict) else {}
-        parked_headers[PARKED_REASON] = decision.reason
-        parked_headers[PARKED_AT] = int(self.clock() * 1000)
-        props = {k: v for k, v in properties.items() if k != "delivery_mode"}
-        props["delivery_mode"] = 2
-        owner = source if parent is None else None  # a replacement settles through its parent
-        return self._publish(Entry(owner, "park", "", PARKING, None, parent=parent),
-                             parked_headers, props, mandatory=False,
-                             body=body_of(source) if body is None else body)
-
-    def _retry(self, source: Any, parent: int) -> int:
-        """Put a refused delivery back into the smallest rung: it is tried again when that expires."""
-        body = body_of(source)
-        return self._publish(Entry(None, "hop", EXCHANGE, rung_name(RETRY_RUNG), body, parent=parent),
-                             strip_death(source.headers), scheduled_properties(properties_of(source)),
-                             mandatory=True)
-
-    def _publish(self, entry: Entry, headers: dict[str, Any], properties: dict[str, Any],
-                 *, mandatory: bool, body: Any = None) -> int:
-        props = dict(properties)
-        priority = props.pop("priority", None)
-        content_type = props.pop("content_type", None)
-        content_encoding = props.pop("content_encoding", None)
-        channel = self.channel
-        message = channel.prepare_message(
-            entry.body if body is None else body, priority, content_type,
-            content_encoding, headers, props,
-        )
-        seq = self._pending.add(entry)  # recorded first: a transport may confirm synchronously
-        _publish_no_wait(channel, message, entry.exchange, entry.routing_key, mandatory)
-        if not self._confirms:
-            self._on_ack(seq, False)
-        return seq
-
-    # -- what the broker says about our publishes ------------------------------
-
-    def _on_ack(self, delivery_tag: int, multiple: bool) -> None:
-        self._pending.confirm(delivery_tag, multiple)
-        self._release()
-
-    def _on_nack(self, delivery_tag: int, multiple: bool) -> None:
-        pending = self._pending
-        for seq in pending.seqs(delivery_tag, multiple):
-            entry = pending.get(seq)
-            if entry is None:  # released by a handler this loop already ran
-                continue
-            entry.confirmed = entry.refused = True
-            owner = entry if entry.parent is None else pending.get(entry.parent)
-            if owner is None or owner.source is None or owner.settled:
-                continue
-            if entry is owner and entry.kind == "deliver" and not entry.returned:
-                # Refused (a full target with reject-publish, say): retry after the smallest rung
-                # instead of requeueing straight back into a tight loop.
-                logger.warning(W_REFUSED, entry.exchange, entry.routing_key, rung_name(RETRY_RUNG))
-                entry.waiting_on = pending.next_seq
-                self._retry(entry.source, parent=seq)
-                continue
-            logger.warning(W_NACKED, CONTROL)
-            owner.source.requeue()
-            owner.settled = True
-        self._release()
-
-    def _on_return(self, exc: Any, exchange: str, routing_key: str, message: Any) -> None:
-        reason = (f"unroutable: {getattr(exc, 'reply_text', exc)} "
-                  f"(exchange={exchange!r}, routing_key={routing_key!r})")
-        found = self._pending.match_return(exchange, routing_key, getattr(message, "body", None))
-        if found is None:
-            self._park_late_return(reason, exchange, routing_key, message)
-            return
-        seq, entry = found
-        entry.returned = True
-        if entry.parent is not None:  # a retry's hop was returned: park for the original owner
-            owner = self._pending.get(entry.parent)
-            source = owner.source if owner is not None else None
-        else:
-            source = entry.source
-        entry.waiting_on = self._pending.next_seq  # linked before publishing: confirms may come at once
-        if source is None:
-            self._park(None, Park(reason), _headers_of(message), _returned_properties(message),
-                       parent=seq, body=message.body)
-        else:
-            self._park(source, Park(reason), source.headers, properties_of(source), parent=seq)
-
-    def _park_late_return(self, reason: str, exchange: str, routing_key: str, message: Any) -> None:
-        """Park a returned copy whose publish was already confirmed, and its source acked.
-
-        A return normally comes before its confirm; should one come after (or
-        fail to match), the returned copy is all that is left: park it, with the
-        target put back in ``x-schedule-*`` headers so that ``replay`` works.
-        """
-        logger.warning(W_LATE_RETURN, exchange, routing_key)
-        headers = _headers_of(message)
-        properties = _returned_properties(message)
-        if exchange == EXCHANGE:  # a hop into a missing rung: its x-schedule-* headers are intact
-            self.counters.hops -= 1
-        else:
-            headers = scheduled_headers(headers, exchange=exchange, routing_key=routing_key,
-                                        due_at=int(self.clock() * 1000),
-                                        content_type=properties.get("content_type"))
-            self.counters.delivered -= 1  # it was counted when its confirm came first
-        self._park(None, Park(reason), headers, properties, body=message.body)
-
-    def _release(self) -> None:
-        """Ack, in order, every source whose publishes are all confirmed, and count them."""
-        released, last = self._pending.release()
-        for entry in released:
-            self._count(entry)
-        if last is not None:
-            self.channel.basic_ack(last.delivery_tag, multiple=True)
-
-    def _count(self, entry: Entry) -> None:
-        if entry.kind == "park":
-            self.counters.parked += 1
-        elif entry.returned or entry.refused:
-            return
-        elif entry.kind == "deliver":
-            self.counters.delivered += 1
-        else:
-            self.counters.hops += 1
+            self._park(job, decision.reason)
+        return None
 
 
-def properties_of(message: Any) -> dict[str, Any]:
-    """The AMQP properties of a consumed kombu message, as a plain dict."""
-    raw = getattr(message, "properties", None) or {}
-    out = {k: raw.get(k) for k in PROPERTY_NAMES if raw.get(k) is not None}
-    if message.content_type and "content_type" not in out:
-        out["content_type"] = message.content_type
-    if message.content_encoding and "content_encoding" not in out:
-        out["content_encoding"] = message.content_encoding
-    return out
+class RelayConsumer:
+    """What a consumer loop holds for the relay: ``consume``, ``cancel``, its ``channel``; a context manager."""
 
+    def __init__(self, core: RelayCore) -> None:
+        self.core = core
 
-def _headers_of(returned: Any) -> dict[str, Any]:
-    raw = getattr(returned, "properties", None) or {}
-    return dict(raw.get("application_headers") or {})
+    @property
+    def channel(self) -> Any:
+        """The channel the relay consumes on."""
+        return self.core.channel
 
+    def consume(self) -> None:
+        """Open the publishing channel and start consuming ``acemq.schedule.due``."""
+        self.core._start()
 
-def _returned_properties(returned: Any) -> dict[str, Any]:
-    raw = getattr(returned, "properties", None) or {}
-    return {k: raw[k] for k in PROPERTY_NAMES if raw.get(k) is not None}
+    def cancel(self) -> None:
+        """Stop consuming (confirms of what was taken still arrive and are acted on)."""
+        self.core._cancel()
 
+    def __enter__(self) -> "RelayConsumer":
+        self.consume()
+        return self
 
-def body_of(message: Any) -> Any:
-    """The body as it travelled: kombu decompresses a message with a ``compression``
-    header on receipt, so the relay compresses it again before republishing it
-    with that header (kombu's codecs are deterministic: the same bytes come back)."""
-    body = message.body
-    compression = (message.headers or {}).get("compression") if isinstance(message.headers, dict) else None
-    if compression and not getattr(message, "errors", None):
-        body, _ = compress(body.encode("utf-8") if isinstance(body, str) else body, compression)
-    return body
+    def __exit__(self, exc_type: Optional[type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> None:
+        self.cancel()
 
-
-def _publish_no_wait(channel: Any, message: Any, exchange: str, routing_key: str, mandatory: bool) -> None:
-    """Publish without waiting for the confirm and without reading from the socket.
-
-    py-amqp's ``basic_publish`` first drains incoming frames (to notice
-    ``connection.blocked``). Inside the relay that would run its handlers
-    re-entrantly: a delivery handled there publishes *ahead* of the message
-    being published, and the broker's confirm numbers no longer match the
-    relay's. So on py-amqp the ``basic.publish`` method is sent directly; it
-    also never waits for a confirm where the connection was opened with
-    ``confirm_publish`` (py-amqp then swaps in a blocking ``basic_publish``).
-    """
-    if isinstance(channel, AmqpChannel):
-        if not channel.connection:
-            raise RecoverableConnectionError("basic_publish: connection closed")
-        channel.send_method(spec.Basic.Publish, "Bssbb", (0, exchange, routing_key, mandatory, False), message)
-        return
-    publish = type(channel).basic_publish
-    publish(channel, message, exchange=exchange, routing_key=routing_key, mandatory=mandatory)
+    def __repr__(self) -> str:
+        return f"<RelayConsumer of {CONTROL} (parks to {PARKING})>"

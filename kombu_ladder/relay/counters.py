@@ -29,18 +29,26 @@ class AllowList:
 
 @dataclass
 class Counters:
-    """What a relay has done. Read from any thread; written by the relay's."""
+    """What a relay has done, each counted once it happened (the broker confirmed it).
 
-    #: Expired messages received from the control queue.
+    Read from any thread; written by the relay's.
+    """
+
+    #: Expired messages taken from the control queue (one given back by the broker and taken
+    #: again, after a lost connection, counts again).
     received: int = 0
-    #: Messages delivered to their target (confirmed by the broker).
+    #: Deliveries the broker confirmed into their target.
     delivered: int = 0
-    #: Times a message was put back into a rung (confirmed).
+    #: Confirmed publishes into a rung: hops, and retries of refused deliveries.
     hops: int = 0
-    #: Messages without valid schedule headers (they are parked, never dropped).
+    #: Parked messages whose envelope was malformed (also counted under ``parked``).
     malformed: int = 0
-    #: Messages parked: malformed, unroutable or refused by the allow-list (confirmed).
+    #: Confirmed publishes into the parking queue: malformed, unroutable or refused messages.
     parked: int = 0
+    #: Deliveries the broker refused (``basic.nack``, e.g. a full target queue with
+    #: ``reject-publish``); each is retried or parked. Through an exchange with several
+    #: queues, the others may have taken their copy.
+    refused: int = 0
 
     def as_dict(self) -> dict[str, int]:
         """Return the counters as a plain dict."""
@@ -50,4 +58,5 @@ class Counters:
             "hops": self.hops,
             "malformed": self.malformed,
             "parked": self.parked,
+            "refused": self.refused,
         }

@@ -1,139 +1,160 @@
-"""Bookkeeping of unconfirmed republishes: which expired message each settles, and when (no I/O)."""
+"""Bookkeeping of the relay's work in flight: taken messages, unconfirmed publishes, exact return keys (no I/O)."""
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from dataclasses import dataclass
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional
 
-__all__ = ["Entry", "Pending"]
+__all__ = ["Job", "Publish", "Pending", "Key"]
+
+#: What identifies a publish exactly: exchange, routing key, encoded properties and body.
+#: RabbitMQ returns a message with the very bytes it was published with.
+Key = tuple[str, str, bytes, bytes]
+
+
+@dataclass(eq=False)
+class Job:
+    """One message taken from the control queue, until it is acked."""
+
+    #: Its delivery tag on the consuming channel.
+    tag: int
+    body: bytes
+    #: Its encoded properties as they arrived.
+    raw: bytes
+    #: Its parsed properties (a :class:`kombu_ladder.wire.Properties`), once read.
+    props: Any = None
+    #: Its header table, decoded on demand (see :func:`kombu_ladder.relay.outgoing.views`).
+    headers: Any = None
+    #: The publish that will settle it (a delivery, hop, retry or park).
+    publish: Optional["Publish"] = None
+    #: Its publish was confirmed: it may be acked.
+    done: bool = False
+    #: It is parked because its envelope is malformed (counted under ``malformed`` too).
+    malformed: bool = False
+    #: Failed attempts of its current publish (nacked parks or hops), for the back-off.
+    attempts: int = 0
+
+
+@dataclass(eq=False)
+class Publish:
+    """One publish on the relay's publishing channel."""
+
+    job: Job
+    #: "deliver", "hop", "retry" (a refused delivery sent back into a rung) or "park".
+    kind: str
+    exchange: str
+    routing_key: str
+    #: The encoded properties it carries.
+    raw: bytes
+    #: Its confirm sequence number on the publishing channel; None until sent.
+    seq: Optional[int] = None
+    #: The broker returned it (unroutable): why. Its replacement settles the job.
+    returned: Optional[str] = None
+    #: When (relay clock, seconds) a publish waiting for its back-off may be sent again.
+    due: float = 0.0
+
+    @property
+    def key(self) -> Key:
+        """What identifies it exactly among publishes in flight (see :data:`Key`)."""
+        return (self.exchange, self.routing_key, self.raw, self.job.body)
 
 
 @dataclass
-class Entry:
-    """One publish the broker has not confirmed yet, by confirm sequence number."""
-
-    #: The consumed message it settles; None for a replacement (see ``parent``).
-    source: Any
-    #: "deliver", "hop" or "park".
-    kind: str
-    exchange: str = ""
-    routing_key: str = ""
-    body: Any = None
-    confirmed: bool = False
-    #: The broker returned it (unroutable); a replacement publish settles its source.
-    returned: bool = False
-    #: The broker refused it (nack); a replacement publish settles its source.
-    refused: bool = False
-    #: Its source was already rejected back to the control queue.
-    settled: bool = False
-    #: Seq of the publish that replaces this one (a park after a return, a retry after a nack).
-    waiting_on: Optional[int] = None
-    #: For a replacement: the seq of the publish it replaces.
-    parent: Optional[int] = None
-
-
-def _as_bytes(body: Any) -> Any:
-    return body.encode("utf-8") if isinstance(body, str) else body
-
-
 class Pending:
-    """Unconfirmed publishes in publish order, released to acks strictly in that order.
+    """Taken messages in consumption order, and the publishes in flight on the current channel.
 
-    Every expired message is consumed, then published once, in consumption
-    order; so a prefix of confirmed entries is a prefix of delivery tags, and one
-    ``basic_ack(multiple=True)`` settles all their sources.
+    Two publishes with the same :data:`Key` are never in flight together: the
+    second is held until the first is confirmed, so a ``basic.return`` (which
+    carries no sequence number) always names exactly one publish.
     """
 
-    def __init__(self) -> None:
-        self._entries: "OrderedDict[int, Entry]" = OrderedDict()
-        self._seq = 0
-
-    def reset(self) -> None:
-        """Forget everything: a new channel numbers its confirms from 1 again."""
-        self._entries.clear()
-        self._seq = 0
+    jobs: "OrderedDict[int, Job]" = field(default_factory=OrderedDict)
+    sent: dict[int, Publish] = field(default_factory=dict)
+    _keys: dict[Key, Publish] = field(default_factory=dict)
+    _held: dict[Key, "deque[Publish]"] = field(default_factory=dict)
+    _seq: int = 0
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self.sent) + sum(len(q) for q in self._held.values())
 
-    def __iter__(self) -> Iterator[tuple[int, Entry]]:
-        return iter(list(self._entries.items()))
+    def track(self, job: Job) -> Job:
+        """Record ``job``, just taken from the control queue."""
+        self.jobs[job.tag] = job
+        return job
 
-    @property
-    def next_seq(self) -> int:
-        """The sequence number the next publish will get."""
-        return self._seq + 1
-
-    def add(self, entry: Entry) -> int:
-        """Record ``entry`` as the next publish; return its sequence number."""
+    def submit(self, publish: Publish) -> bool:
+        """Give ``publish`` the next sequence number and return True, or hold it (False) behind its twin."""
+        key = publish.key
+        if key in self._keys:
+            self._held.setdefault(key, deque()).append(publish)
+            return False
         self._seq += 1
-        self._entries[self._seq] = entry
-        return self._seq
-
-    def get(self, seq: Optional[int]) -> Optional[Entry]:
-        """Return the entry for ``seq``, or None once released (or for None)."""
-        return None if seq is None else self._entries.get(seq)
-
-    def seqs(self, delivery_tag: int, multiple: bool) -> list[int]:
-        """The unconfirmed sequence numbers a broker ack or nack with this tag covers.
-
-        An entry already confirmed but not yet released (it waits for its
-        replacement) is not covered again: a later ``multiple`` nack is not about it.
-        """
-        if multiple:
-            return [seq for seq, entry in self._entries.items() if seq <= delivery_tag and not entry.confirmed]
-        entry = self._entries.get(delivery_tag)
-        return [delivery_tag] if entry is not None and not entry.confirmed else []
-
-    def confirm(self, delivery_tag: int, multiple: bool) -> None:
-        """Mark the publishes a broker ack covers as confirmed."""
-        for seq in self.seqs(delivery_tag, multiple):
-            self._entries[seq].confirmed = True
-
-    def match_return(self, exchange: str, routing_key: str, body: Any) -> Optional[tuple[int, Entry]]:
-        """Find the unconfirmed delivery or hop a ``basic.return`` is about (oldest first)."""
-        body = _as_bytes(body)
-        for seq, entry in self._entries.items():
-            if (entry.kind in ("deliver", "hop") and not entry.returned and not entry.confirmed
-                    and entry.exchange == exchange and entry.routing_key == routing_key
-                    and _as_bytes(entry.body) == body):
-                return seq, entry
-        return None
-
-    def release(self) -> tuple[list[Entry], Any]:
-        """Pop, in order, every entry that is confirmed with its replacement confirmed too.
-
-        Returns:
-            The released entries that were not settled otherwise (to be counted),
-            and the last source among them (to be acked with ``multiple=True``),
-            or None when there is nothing to ack.
-        """
-        released: list[Entry] = []
-        last = None
-        entries = self._entries
-        while entries:
-            entry = next(iter(entries.values()))
-            if not entry.confirmed:
-                break
-            if not self._replacements_confirmed(entry):
-                break
-            entries.popitem(last=False)
-            if entry.settled:
-                continue
-            released.append(entry)
-            if entry.source is not None:
-                last = entry.source
-        return released, last
-
-    def _replacements_confirmed(self, entry: Entry) -> bool:
-        """Whether every publish that replaces ``entry`` (a chain, in the worst case) is confirmed."""
-        seq = entry.waiting_on
-        while seq is not None:
-            replacement = self.get(seq)
-            if replacement is None:  # released already, so confirmed
-                return True
-            if not replacement.confirmed:
-                return False
-            seq = replacement.waiting_on
+        publish.seq = self._seq
+        self.sent[self._seq] = publish
+        self._keys[key] = publish
         return True
+
+    def confirmed(self, tag: int, multiple: bool) -> list[Publish]:
+        """Remove and return the publishes a broker ack or nack covers, in sequence order."""
+        seqs = sorted(s for s in self.sent if s <= tag) if multiple else [tag] if tag in self.sent else []
+        out = []
+        for seq in seqs:
+            publish = self.sent.pop(seq)
+            if self._keys.get(publish.key) is publish:
+                del self._keys[publish.key]
+            out.append(publish)
+        return out
+
+    def unhold(self, key: Key) -> Optional[Publish]:
+        """Return the next publish held behind ``key``, now free, or None."""
+        held = self._held.get(key)
+        if not held:
+            return None
+        publish = held.popleft()
+        if not held:
+            del self._held[key]
+        return publish
+
+    def returned(self, exchange: str, routing_key: str, raw: bytes, body: bytes) -> Optional[Publish]:
+        """Return the publish in flight that a ``basic.return`` with these bytes is about, or None."""
+        publish = self._keys.get((exchange, routing_key, raw, body))
+        return publish if publish is not None and publish.returned is None else None
+
+    def lose_channel(self) -> tuple[list[Publish], list[Publish]]:
+        """The publishing channel is gone: forget its numbering; return (unconfirmed, held) publishes, in order."""
+        lost = [self.sent[s] for s in sorted(self.sent)]
+        held = [p for q in self._held.values() for p in q]
+        self.sent.clear()
+        self._keys.clear()
+        self._held.clear()
+        self._seq = 0
+        return lost, held
+
+    def forget_jobs(self) -> None:
+        """The consuming channel is gone: the broker took its messages back, so none may be acked."""
+        self.jobs.clear()
+
+    def release(self) -> tuple[Optional[int], list[int]]:
+        """Remove every finished job; return the tag to ack with ``multiple`` and the tags to ack alone.
+
+        The finished jobs at the front (in consumption order) are acked with one
+        ``multiple`` ack; finished jobs behind an unfinished one (a park waiting
+        for its back-off, say) are acked one by one, so that they do not wait.
+        """
+        jobs = self.jobs
+        last = None
+        while jobs:
+            job = next(iter(jobs.values()))
+            if not job.done:
+                break
+            jobs.popitem(last=False)
+            last = job.tag
+        singles = [tag for tag, job in jobs.items() if job.done]
+        for tag in singles:
+            del jobs[tag]
+        return last, singles
+
+    def waiting(self) -> Iterator[Job]:
+        """The jobs not finished yet, in consumption order."""
+        return (job for job in self.jobs.values() if not job.done)

@@ -29,6 +29,9 @@ I_STOPPED = "relay stopped: %s"
 #: Seconds a stopping relay waits for outstanding confirms, so a clean stop duplicates nothing.
 STOP_GRACE = 5.0
 
+#: Seconds between the relay's ticks (back-offs, log summaries), at the most.
+TICK = 0.25
+
 
 class Relay(ConsumerMixin):
     """A standalone relay on its own connection; reconnects by itself.
@@ -51,7 +54,7 @@ class Relay(ConsumerMixin):
         self.core = RelayCore(clock=clock, prefetch=prefetch, allowed_exchanges=allowed_exchanges,
                               exchange_check=self.exchange_check)
         self.report_every = report_every
-        self._last_report = time.monotonic()
+        self._last_report = self._last_tick = time.monotonic()
         #: Set once the relay consumes from the control queue.
         self.ready = threading.Event()
 
@@ -77,6 +80,10 @@ class Relay(ConsumerMixin):
         self.ready.set()
 
     def on_iteration(self) -> None:
+        now = time.monotonic()
+        if now - self._last_tick >= TICK:
+            self._last_tick = now
+            self.core.tick()
         if self.report_every is not None and time.monotonic() - self._last_report >= self.report_every:
             self._last_report = time.monotonic()
             logger.info(I_COUNTERS, self.counters.as_dict())
@@ -91,6 +98,7 @@ class Relay(ConsumerMixin):
                 continue
             except Exception:  # noqa: BLE001 - a dying connection: the broker requeues what is left
                 break
+        self.core.close()
         logger.info(I_COUNTERS, self.counters.as_dict())
 
     def stop(self) -> None:

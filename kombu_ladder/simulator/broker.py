@@ -63,6 +63,7 @@ class SimulatedBroker(BrokerCore):
         self.name = name or unique_name()
         self.settle_timeout = settle_timeout
         self._driven: list[Any] = []
+        self._ticks: list[Any] = []
         #: The relays :meth:`relay` started.
         self.relays: list[Any] = []
         register(self.name, self)
@@ -81,14 +82,17 @@ class SimulatedBroker(BrokerCore):
         """Return a new kombu Connection to this broker (``kwargs`` go to Connection)."""
         return Connection(self.url, **kwargs)
 
-    def drive(self, connection: Connection) -> None:
+    def drive(self, connection: Connection, *, tick: Optional[Any] = None) -> None:
         """Have :meth:`advance` and :meth:`settle` handle ``connection``'s deliveries in the calling thread.
 
-        For consumers nobody drains: :meth:`relay` uses it for its relay.
+        For consumers nobody drains: :meth:`relay` uses it for its relay. ``tick``
+        is called on every settle, as a real relay's loop calls it about once a second.
         """
         transport = connection.connection  # establishes the connection when needed
         transport.driven = True
         self._driven.append(transport)
+        if tick is not None:
+            self._ticks.append(tick)
 
     def relay(self, **options: Any) -> Any:
         """Start a relay that :meth:`advance` runs synchronously; see :class:`SimulatedRelay`."""
@@ -97,6 +101,13 @@ class SimulatedBroker(BrokerCore):
         relay = SimulatedRelay(self, **options)
         self.relays.append(relay)
         return relay
+
+    def set_permissions(self, *, configure: str = ".*", write: str = ".*", read: str = ".*") -> None:
+        """Give the simulated user these permission regexps, as ``rabbitmqctl set_permissions`` does."""
+        from .permissions import Permissions
+
+        with self.lock:
+            self.permissions = Permissions(self.vhost, configure, write, read)
 
     def close(self) -> None:
         """Stop the relays this broker started and close every connection to it."""
@@ -170,13 +181,16 @@ class SimulatedBroker(BrokerCore):
         """
         deadline = time.monotonic() + self.settle_timeout
         me = threading.current_thread()
+        for tick in self._ticks:
+            tick()
         while True:
             handled = sum(t.process() for t in self._driven if not t.closed)
             with self.cond:
-                waiting = [t for t in self.connections if not t.driven and not t.closed and (t.inbox or t.busy)
+                waiting = [t for t in self.connections if not t.driven and not t.closed
+                           and (t.inbox or t.busy or t.unconfirmed)
                            and t.driver is not None and t.driver is not me and t.driver.is_alive()]
                 if not waiting:
-                    if not handled and not any(t.inbox for t in self._driven if not t.closed):
+                    if not handled and not any(t.inbox or t.unconfirmed for t in self._driven if not t.closed):
                         return
                     continue
                 remaining = deadline - time.monotonic()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import logging
+import struct
 from collections import OrderedDict, defaultdict
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
@@ -12,31 +12,37 @@ from amqp.basic_message import Message as AmqpMessage
 from amqp.exceptions import (
     AMQPNotImplementedError,
     ChannelError,
+    FrameError,
     MessageNacked,
     RecoverableConnectionError,
-    error_for_code,
 )
 from amqp.protocol import queue_declare_ok_t
 from kombu.transport import pyamqp, virtual
 from kombu.transport.base import to_rabbitmq_queue_arguments
 
 from .declarations import token
-from .frames import Confirm, Delivery, Return
-from .wire import body_bytes, client_body, copy_decoded
+from .inbound import Inbound
+from .wire import body_bytes
 
 if TYPE_CHECKING:
     from .transport import Transport
 
 __all__ = ["Channel"]
 
-logger = logging.getLogger(__name__)
-
-W_NO_CALLBACK = "rejecting delivery %s for consumer %s: it has no callback (cancelled?)"
 
 
 def _channel_op(method: Callable[..., Any]) -> Callable[..., Any]:
-    """Run a channel method; a channel error resets the channel as RabbitMQ and py-amqp do."""
+    """Run a channel method; a channel error resets the channel as RabbitMQ and py-amqp do.
+
+    A synchronous method called after the broker closed the channel (its
+    ``channel.close`` not read yet) raises that error, as py-amqp does when
+    the close arrives instead of the reply it waits for.
+    """
     def wrapper(self: "Channel", *args: Any, **kwargs: Any) -> Any:
+        if self.closing is not None:
+            error = self.closing
+            self._reset()
+            raise error
         if self.closed:
             raise RecoverableConnectionError("connection already closed")
         try:
@@ -52,7 +58,20 @@ def _channel_op(method: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-class Channel(virtual.Channel):
+def _no_reply_op(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A method py-amqp sends without waiting for a reply: on a channel the broker is closing, it is dropped."""
+    op = _channel_op(method)
+
+    def wrapper(self: "Channel", *args: Any, **kwargs: Any) -> Any:
+        if self.closing is not None:
+            return None
+        return op(self, *args, **kwargs)
+    wrapper.__name__ = method.__name__
+    wrapper.__doc__ = method.__doc__
+    return wrapper
+
+
+class Channel(Inbound, virtual.Channel):
     """A channel with py-amqp's methods, signatures and event handlers (``events``).
 
     The AMQP methods behave as py-amqp's against RabbitMQ 3.10; see the
@@ -84,6 +103,10 @@ class Channel(virtual.Channel):
         self._publish_seq = 0
         self._delivery_tag = 0
         self.closed = False
+        #: The error the broker closed this channel with, until the client reads the close.
+        self.closing: Optional[BaseException] = None
+        #: Confirms of routed publishes, sent once their queues have taken them (see flush_confirms).
+        self.deferred: list[tuple[int, bool]] = []
 
     def _reset(self) -> None:
         """What a channel error does: the broker closes the channel, py-amqp reopens it."""
@@ -92,74 +115,6 @@ class Channel(virtual.Channel):
         self.no_ack_consumers.clear()
         self.generation += 1
         self._open()
-
-    # -- hooks the broker calls (with its lock held) ----------------------------
-
-    def next_publish_seq(self) -> int:
-        """Return the confirm sequence number of the next publish (1 after confirm_select)."""
-        self._publish_seq += 1
-        return self._publish_seq
-
-    def next_delivery_tag(self) -> int:
-        """Return the next delivery tag on this channel (from 1)."""
-        self._delivery_tag += 1
-        return self._delivery_tag
-
-    def post_delivery(self, consumer_tag: str, delivery_tag: int, message: Any) -> None:
-        """Send basic.deliver to this channel's connection."""
-        self.connection.post(Delivery(self, consumer_tag, delivery_tag, message))
-
-    def post_confirm(self, seq: int, ack: bool) -> None:
-        """Send basic.ack (or basic.nack) of publish ``seq``."""
-        self.connection.post(Confirm(self, seq, ack))
-
-    def post_return(self, code: int, text: str, exchange: str, routing_key: str, body: bytes,
-                    properties: dict[str, Any]) -> None:
-        """Send basic.return of an unroutable mandatory publish."""
-        self.connection.post(Return(self, code, text, exchange, routing_key, body, properties))
-
-    # -- events, run by drain_events in the consuming thread ------------------------
-
-    def _raw(self, body: bytes, properties: dict[str, Any]) -> AmqpMessage:
-        properties = copy_decoded(properties)
-        return AmqpMessage(client_body(body, properties), channel=self, **properties)
-
-    def _on_delivery(self, event: Delivery) -> None:
-        if self.closed or event.generation != self.generation:
-            return  # the channel was closed or reset since: the message went back to its queue
-        stored = event.message
-        raw = self._raw(stored.body, stored.properties)
-        raw.delivery_info = {
-            "consumer_tag": event.consumer_tag, "delivery_tag": event.delivery_tag,
-            "redelivered": event.redelivered, "exchange": stored.exchange, "routing_key": stored.routing_key,
-        }
-        callback = self.callbacks.get(event.consumer_tag)
-        if callback is None:
-            logger.warning(W_NO_CALLBACK, event.delivery_tag, event.consumer_tag)
-            if event.delivery_tag in self.unacked:
-                self.basic_reject(event.delivery_tag, requeue=True)
-            return
-        callback(raw)
-
-    def _on_confirm(self, event: Confirm) -> None:
-        if event.generation != self.generation:
-            return
-        if not event.ack:
-            self.nacked.add(event.seq)
-        self.confirmed = max(self.confirmed, event.seq)
-        for handler in list(self.events["basic_ack" if event.ack else "basic_nack"]):
-            handler(event.seq, event.multiple)
-
-    def _on_return(self, event: Return) -> None:
-        if event.generation != self.generation:
-            return
-        code, text, exchange, routing_key, body, properties = event.args
-        exc = error_for_code(code, text, spec.Basic.Return, ChannelError)
-        handlers = self.events.get("basic_return")
-        if not handlers:
-            raise exc
-        for handler in list(handlers):
-            handler(exc, exchange, routing_key, self._raw(body, properties))
 
     # -- AMQP methods ---------------------------------------------------------------
 
@@ -224,16 +179,26 @@ class Channel(virtual.Channel):
     def message_to_python(self, raw_message: Any) -> Any:
         return self.Message(raw_message, channel=self)
 
-    @_channel_op
     def _basic_publish(self, msg: Any, exchange: str = "", routing_key: str = "", mandatory: bool = False,
                        immediate: bool = False, **_: Any) -> None:
+        if self.closing is not None:
+            return  # sent, and dropped by the broker: it is closing this channel
+        if self.closed:
+            raise RecoverableConnectionError("connection already closed")
         if immediate:
             raise AMQPNotImplementedError("NOT_IMPLEMENTED - immediate=true", spec.Basic.Publish, reply_code=540)
-        properties = dict(msg.properties)
-        body = body_bytes(msg.body, properties)
-        self.broker.publish(self, body, properties, exchange or "", routing_key or "", mandatory=mandatory)
+        exchange, routing_key = exchange or "", routing_key or ""
+        for name in (exchange, routing_key):  # py-amqp packs them as short strings
+            struct.pack("B", len(name.encode("utf-8", "surrogatepass")))
+        body = body_bytes(msg.body, msg.properties)  # a str body sets content_encoding, as py-amqp does
+        raw = msg._serialize_properties()
+        if len(raw) + 20 > self.connection.frame_max:  # one frame: RabbitMQ closes the connection
+            self.connection.client.release()
+            raise FrameError(f"FRAME_ERROR - content header of {len(raw) + 20} bytes over frame_max "
+                             f"{self.connection.frame_max}", spec.Basic.Publish, reply_code=501)
+        self.broker.publish(self, body, raw, exchange, routing_key, mandatory=mandatory)
 
-    basic_publish = _basic_publish
+    basic_publish = _basic_publish  # type: ignore[assignment]
 
     def basic_publish_confirm(self, *args: Any, **kwargs: Any) -> None:
         """Publish and wait for the broker's confirm, as py-amqp's does; a nack raises MessageNacked."""
@@ -287,20 +252,20 @@ class Channel(virtual.Channel):
         if got is None:
             return None
         tag, stored, left = got
-        raw = self._raw(stored.body, stored.properties)
+        raw = self._content(stored)
         raw.delivery_info = {"delivery_tag": tag, "redelivered": stored.redelivered,
                              "exchange": stored.exchange, "routing_key": stored.routing_key, "message_count": left}
         return raw
 
-    @_channel_op
+    @_no_reply_op
     def basic_ack(self, delivery_tag: int, multiple: bool = False, **_: Any) -> None:
         self.broker.resolve(self, delivery_tag, multiple=multiple, outcome="ack")
 
-    @_channel_op
+    @_no_reply_op
     def basic_reject(self, delivery_tag: int, requeue: bool = True, **_: Any) -> None:
         self.broker.resolve(self, delivery_tag, multiple=False, outcome="requeue" if requeue else "reject")
 
-    @_channel_op
+    @_no_reply_op
     def basic_nack(self, delivery_tag: int, multiple: bool = False, requeue: bool = True, **_: Any) -> None:
         self.broker.resolve(self, delivery_tag, multiple=multiple, outcome="requeue" if requeue else "reject")
 

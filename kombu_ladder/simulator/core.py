@@ -12,19 +12,23 @@ from amqp.exceptions import AccessRefused, PreconditionFailed
 
 from .clock import VirtualClock
 from .deadletter import dead_letter_headers, is_cycle
-from .declarations import PREDECLARED, Declarations, token
+from .declarations import INTERNAL, PREDECLARED, Declarations, token
 from .entities import ConsumerRef, SimExchange, SimQueue, Stored
-from .wire import round_trip_properties
+from .permissions import Permissions
+from .routing import Routing
+from .wire import with_headers
 
 __all__ = ["BrokerCore", "PREDECLARED"]
 
 logger = logging.getLogger(__name__)
 
-class BrokerCore(Declarations):
+class BrokerCore(Routing, Declarations):
     """Exchanges, queues and messages, with RabbitMQ's rules; every method takes the lock."""
 
     def __init__(self, clock: VirtualClock, *, vhost: str = "/", record: bool = True, expiry_lag: int = 0) -> None:
         self.clock = clock
+        #: RabbitMQ's ``max_message_size`` (bytes of body): a bigger publish closes the channel (406).
+        self.max_message_size = 128 * 1024 * 1024
         #: Milliseconds a message with a TTL expires after it is due (RabbitMQ: a few ms).
         self.expiry_lag = expiry_lag
         self.vhost = vhost
@@ -32,80 +36,16 @@ class BrokerCore(Declarations):
         self.lock = threading.RLock()
         self.cond = threading.Condition(self.lock)
         self.exchanges: dict[str, SimExchange] = {
-            name: SimExchange(name, kind, durable=True) for name, kind in PREDECLARED.items()
+            name: SimExchange(name, kind, durable=True, internal=name in INTERNAL) for name, kind in PREDECLARED.items()
         }
+        #: The simulated user's permissions in the vhost (everything, unless set otherwise).
+        self.permissions = Permissions(vhost)
         self.queues: dict[str, SimQueue] = {}
         self.connections: set[Any] = set()
         #: What happened, for tests and the demo: published, unroutable, returned,
         #: delivered, acked, requeued, expired, dead_lettered, dropped.
         self.stats: Counter[str] = Counter()
         self._arrivals: dict[str, list[tuple[int, Stored]]] = defaultdict(list)
-
-    # -- publishing -----------------------------------------------------------
-
-    def publish(self, channel: Any, body: bytes, properties: dict[str, Any], exchange: str,
-                routing_key: str, *, mandatory: bool = False) -> None:
-        """Route one message; post the return (if any) and then the confirm to ``channel``."""
-        with self.lock:
-            seq = channel.next_publish_seq() if channel.confirm else None
-            if exchange:
-                self._exchange(exchange, spec.Basic.Publish)
-            expiration = properties.get("expiration")
-            if expiration is not None and not (expiration.isdigit() and expiration.isascii()):
-                raise PreconditionFailed(f"PRECONDITION_FAILED - invalid expiration '{expiration}' for message",
-                                         spec.Basic.Publish, reply_code=406)
-            properties = round_trip_properties(properties)
-            self.stats["published"] += 1
-            targets = self._route(exchange, routing_key, properties.get("application_headers") or {})
-            accepted = True
-            if not targets:
-                self.stats["unroutable"] += 1
-                if mandatory:
-                    self.stats["returned"] += 1
-                    channel.post_return(312, "NO_ROUTE", exchange, routing_key, body, properties)
-            for queue in targets:
-                accepted = self._enqueue(queue, Stored(body, properties, exchange, routing_key)) and accepted
-            if seq is not None:
-                channel.post_confirm(seq, accepted)
-
-    def _route(self, exchange: str, routing_key: str, headers: dict[str, Any]) -> list[SimQueue]:
-        if not exchange:
-            queue = self.queues.get(routing_key)
-            return [queue] if queue is not None else []
-        found: dict[str, SimQueue] = {}
-        seen: set[str] = set()
-        pending = [exchange]
-        while pending:
-            source = self.exchanges.get(pending.pop(0))
-            if source is None or source.name in seen:
-                continue
-            seen.add(source.name)
-            for binding in source.bindings:
-                if not source.matches(binding, routing_key, headers):
-                    continue
-                if binding.to_exchange:
-                    pending.append(binding.destination)
-                elif binding.destination in self.queues:
-                    found.setdefault(binding.destination, self.queues[binding.destination])
-        return list(found.values())
-
-    def _enqueue(self, queue: SimQueue, message: Stored) -> bool:
-        """Append to ``queue`` with its expiry; False when ``x-overflow`` refuses it."""
-        ttls = [t for t in (queue.ttl, _expiration_ms(message.properties)) if t is not None]
-        ttl = min(ttls) if ttls else None
-        message.expires_at = None if ttl is None else self.clock.ms + ttl + (self.expiry_lag if ttl else 0)
-        overflow = queue.arguments.get("x-overflow", "drop-head")
-        if overflow != "drop-head" and queue.over_limit(extra=1, extra_bytes=len(message.body)):
-            if overflow == "reject-publish-dlx":
-                self._dead_letter(queue, message, "maxlen")
-            return False
-        queue.ready.append(message)
-        if self.record:
-            self._arrivals[queue.name].append((self.clock.ms, message))
-        while overflow == "drop-head" and queue.ready and queue.over_limit():
-            self._dead_letter(queue, queue.ready.popleft(), "maxlen")
-        self.dispatch(queue, fresh=message)
-        return True
 
     # -- delivery -------------------------------------------------------------
 
@@ -155,6 +95,7 @@ class BrokerCore(Declarations):
             method = spec.Basic.Consume
             queue = self._queue(queue_name, method)
             self._check_owner(queue, channel, method)
+            self.permissions.check("read", "queue", queue_name, method)
             if any(ref.exclusive for ref in queue.consumers) or (exclusive and queue.consumers):
                 raise AccessRefused(f"ACCESS_REFUSED - queue '{queue_name}' in vhost '{self.vhost}' in exclusive use",
                                     method, reply_code=403)
@@ -182,6 +123,7 @@ class BrokerCore(Declarations):
         with self.lock:
             queue = self._queue(queue_name, spec.Basic.Get)
             self._check_owner(queue, channel, spec.Basic.Get)
+            self.permissions.check("read", "queue", queue_name, spec.Basic.Get)
             now = self.clock.ms
             while queue.ready and queue.ready[0].expires_at is not None and queue.ready[0].expires_at <= now:
                 self.stats["expired"] += 1
@@ -263,19 +205,19 @@ class BrokerCore(Declarations):
         keys = [key] if key is not None else [message.routing_key]
         properties = dict(message.properties)
         expiration = properties.pop("expiration", None)
-        properties["application_headers"] = dead_letter_headers(
-            properties.get("application_headers"), queue=queue.name, reason=reason, exchange=message.exchange,
+        old = properties.get("application_headers")
+        headers = properties["application_headers"] = dead_letter_headers(
+            old if isinstance(old, dict) else None, queue=queue.name, reason=reason, exchange=message.exchange,
             routing_keys=[message.routing_key], now_ms=self.clock.ms, original_expiration=expiration)
-        headers = properties["application_headers"]  # already what a consumer decodes: no round trip
+        # RabbitMQ rewrites only these headers: every other keeps its bytes (and its type).
+        changed = {k: v for k, v in headers.items() if k == "x-death" or k.startswith("x-first-death-")}
+        raw = with_headers(message.raw, changed, drop=("expiration",))
         self.stats["dead_lettered"] += 1
         for routing_key in keys:
             for target in self._route(exchange, routing_key, headers):
                 if is_cycle(target.name, reason, headers):
                     self.stats["dropped"] += 1
                     continue
-                self._enqueue(target, Stored(message.body, properties, exchange, routing_key))
+                self._enqueue(target, Stored(message.body, properties, exchange, routing_key, raw=raw,
+                                             undecodable=message.undecodable))
 
-
-def _expiration_ms(properties: dict[str, Any]) -> Optional[int]:
-    value = properties.get("expiration")
-    return int(value) if value is not None else None

@@ -20,11 +20,14 @@ from .entities import (
 )
 from .wire import round_trip_table
 
-__all__ = ["Declarations", "PREDECLARED", "token"]
+__all__ = ["Declarations", "PREDECLARED", "INTERNAL", "token"]
 
 #: The exchanges every RabbitMQ vhost has: name -> type.
 PREDECLARED = {"amq.direct": "direct", "amq.fanout": "fanout", "amq.topic": "topic",
-               "amq.headers": "headers", "amq.match": "headers"}
+               "amq.headers": "headers", "amq.match": "headers", "amq.rabbitmq.trace": "topic"}
+
+#: Those of them that are internal: a publish to one closes the channel with 403.
+INTERNAL = frozenset({"amq.rabbitmq.trace"})
 
 
 def token(prefix: str) -> str:
@@ -38,6 +41,7 @@ class Declarations:
     lock: Any
     exchanges: dict[str, SimExchange]
     queues: dict[str, SimQueue]
+    permissions: Any
 
     # -- lookups --------------------------------------------------------------
 
@@ -73,6 +77,7 @@ class Declarations:
             if passive:
                 self._exchange(name, method)
                 return
+            self.permissions.check("configure", "exchange", name, method)
             existing = self.exchanges.get(name)
             wanted = {"type": type, "durable": bool(durable), "auto_delete": bool(auto_delete),
                       "internal": bool(internal)}
@@ -114,18 +119,24 @@ class Declarations:
             if not exchange:
                 raise AccessRefused("ACCESS_REFUSED - operation not permitted on the default exchange",
                                     method, reply_code=403)
+            self.permissions.check("write", "exchange" if to_exchange else "queue", destination, method)
+            self.permissions.check("read", "exchange", exchange, method)
+            binding = Binding(destination, routing_key or "", tuple(sorted(round_trip_table(arguments).items())),
+                              to_exchange)
+            if unbind:  # RabbitMQ unbinds what does not exist without a word, missing exchanges included
+                source = self.exchanges.get(exchange)
+                if source is None:
+                    return
+                source.bindings = [b for b in source.bindings if b != binding]
+                if source.auto_delete and not source.bindings:
+                    del self.exchanges[source.name]
+                return
             if to_exchange:
                 self._exchange(destination, method)
             else:
                 self._queue(destination, method)
             source = self._exchange(exchange, method)
-            binding = Binding(destination, routing_key or "", tuple(sorted(round_trip_table(arguments).items())),
-                              to_exchange)
-            if unbind:
-                source.bindings = [b for b in source.bindings if b != binding]
-                if source.auto_delete and not source.bindings:
-                    del self.exchanges[source.name]
-            elif binding not in source.bindings:
+            if binding not in source.bindings:
                 source.bindings.append(binding)
 
     # -- queues ---------------------------------------------------------------
@@ -142,6 +153,7 @@ class Declarations:
             generated = not name
             if generated:
                 name = token("amq.gen-")
+            self.permissions.check("configure", "queue", name, method)
             arguments = round_trip_table(arguments)
             existing = self.queues.get(name)
             if existing is not None:

@@ -7,6 +7,7 @@ from typing import Any, Iterable, Optional
 
 from ..contract import PREFETCH
 from ..relay import Counters, RelayCore
+from ..targets import ExchangeCheck
 from ..topology import declare
 
 __all__ = ["SimulatedRelay"]
@@ -25,10 +26,13 @@ class SimulatedRelay:
         self.connection = broker.connection()
         declare(self.connection)
         self.channel = self.connection.channel()
-        self.core = RelayCore(clock=broker.now, prefetch=prefetch, allowed_exchanges=allowed_exchanges)
+        #: Asks about target exchanges on a connection of its own, as the real relays do.
+        self.exchange_check = ExchangeCheck(broker.connection(), clock=broker.now)
+        self.core = RelayCore(clock=broker.now, prefetch=prefetch, allowed_exchanges=allowed_exchanges,
+                              exchange_check=self.exchange_check)
         self.consumer = self.core.consumer(self.channel)
         self.consumer.consume()
-        broker.drive(self.connection)
+        broker.drive(self.connection, tick=self.core.tick)
         broker.settle()
 
     @property
@@ -38,6 +42,7 @@ class SimulatedRelay:
 
     def close(self) -> None:
         """Stop relaying; unacked expiries go back to the control queue."""
+        self.exchange_check.close()
         self.connection.release()
 
     def __enter__(self) -> "SimulatedRelay":

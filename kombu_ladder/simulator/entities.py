@@ -57,6 +57,10 @@ class Stored:
     #: Virtual epoch ms at which it expires at the head of the queue (None: never).
     expires_at: Optional[int] = None
     redelivered: bool = False
+    #: Its properties encoded, exactly as published (or as dead-lettering rewrote them).
+    raw: bytes = b"\x00\x00"
+    #: What py-amqp raises decoding ``raw`` (RabbitMQ took it; ``properties`` is then lenient).
+    undecodable: Optional[BaseException] = None
 
     @property
     def headers(self) -> dict[str, Any]:

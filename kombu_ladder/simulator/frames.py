@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["Delivery", "Confirm", "Return"]
+__all__ = ["Delivery", "Confirm", "Return", "Close"]
 
 
 class Delivery:
@@ -46,3 +46,16 @@ class Return:
     def fire(self) -> None:
         """Hand the frame to its channel."""
         self.channel._on_return(self)
+
+
+class Close:
+    """channel.close from the broker: a publish (or other method) it refused closed the channel."""
+
+    __slots__ = ("channel", "generation", "error")
+
+    def __init__(self, channel: Any, error: Any) -> None:
+        self.channel, self.generation, self.error = channel, channel.generation, error
+
+    def fire(self) -> None:
+        """Hand the frame to its channel."""
+        self.channel._on_close(self)

@@ -52,6 +52,11 @@ class Transport(virtual.Transport):
         #: Drained by the broker itself during advance() (see SimulatedBroker.drive).
         self.driven = False
         self.closed = True
+        #: The largest frame, as RabbitMQ negotiates it by default (a content header is one frame).
+        self.frame_max = 131072
+        #: What stands between this connection's frames and its channels, as on a py-amqp
+        #: connection (see :func:`kombu_ladder.relay.link.guard_of`); None when nothing does.
+        self.guard: Any = None
 
     def establish_connection(self) -> "Transport":
         with self.broker.lock:
@@ -76,6 +81,11 @@ class Transport(virtual.Transport):
     def verify_connection(self, connection: Any) -> bool:
         return not self.closed
 
+    @property
+    def unconfirmed(self) -> bool:
+        """Whether a channel of this connection waits for confirms of routed publishes."""
+        return any(getattr(c, "deferred", None) for c in self.channels)
+
     def claim(self) -> None:
         """Record the calling thread as the one that consumes on this connection."""
         self.driver = threading.current_thread()
@@ -98,6 +108,7 @@ class Transport(virtual.Transport):
         deadline = time.monotonic() + block
         with cond:
             self.claim()
+            self.broker.flush_confirms(self)
             while not self.inbox:
                 if self.closed:
                     raise RecoverableConnectionError("connection already closed")
@@ -120,6 +131,8 @@ class Transport(virtual.Transport):
         try:
             while not done():
                 with cond:
+                    if not self.inbox:
+                        self.broker.flush_confirms(self)  # the queues have taken what was routed
                     if not self.inbox:
                         break
                     event = self.inbox.popleft()

@@ -5,9 +5,13 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional, Union
 
 from amqp.basic_message import Message as AmqpMessage
-from amqp.serialization import _read_item, _write_table, decode_properties_basic
+from amqp.exceptions import FrameSyntaxError
+from amqp.serialization import _read_item, _write_table, decode_properties_basic, dumps
 
-__all__ = ["PROPERTY_NAMES", "round_trip_properties", "round_trip_table", "copy_decoded", "body_bytes", "client_body"]
+from .. import wire
+
+__all__ = ["PROPERTY_NAMES", "round_trip_properties", "round_trip_table", "copy_decoded", "body_bytes", "client_body",
+           "decode_raw", "with_headers"]
 
 #: The AMQP basic properties, in py-amqp's order.
 PROPERTY_NAMES: tuple[str, ...] = tuple(name for name, _ in AmqpMessage.PROPERTIES)
@@ -25,6 +29,55 @@ def round_trip_properties(properties: Mapping[str, Any]) -> dict[str, Any]:
     raw = AmqpMessage(**known)._serialize_properties()
     decoded, _ = decode_properties_basic(raw, 0)
     return decoded
+
+
+def decode_raw(raw: bytes) -> tuple[dict[str, Any], Optional[BaseException]]:
+    """Decode encoded properties as a py-amqp consumer would, or as RabbitMQ does when py-amqp cannot.
+
+    RabbitMQ takes property lists py-amqp fails on (a content type that is not
+    UTF-8, a timestamp header past the year 9999, a table nested 2,000 deep).
+    Those come back decoded leniently (strings as bytes, tables and arrays of
+    the header table as :class:`kombu_ladder.wire.Nested`), with the error
+    py-amqp raises on them; the broker still routes and stores them.
+
+    Raises:
+        FrameSyntaxError: RabbitMQ itself would not parse the list (it closes the
+            publisher's connection).
+    """
+    try:
+        properties, _ = decode_properties_basic(raw, 0)
+        return properties, None
+    except Exception as exc:  # noqa: BLE001 - whatever py-amqp raises on it, a consumer gets
+        error = exc
+    try:
+        parsed = wire.read_properties(raw)
+    except wire.WireError as exc:
+        raise FrameSyntaxError(f"INTERNAL_ERROR - cannot parse the content header: {exc}") from exc
+    lenient: dict[str, Any] = {k: _lenient(v) for k, v in parsed.fields.items()}
+    if parsed.headers is not None:
+        lenient["application_headers"] = {_lenient(n): wire.decode(item) for n, item in parsed.headers}
+    return lenient, error
+
+
+def _lenient(value: Any) -> Any:
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return value
+    return value
+
+
+def with_headers(raw: bytes, headers: Mapping[str, Any], *, drop: tuple[str, ...] = ()) -> bytes:
+    """Return ``raw`` with the given headers set (encoded as py-amqp encodes them) and the ``drop``
+    properties removed; every other header keeps its bytes, as RabbitMQ keeps their types."""
+    parsed = wire.read_properties(raw)
+    for name in drop:
+        parsed.fields.pop(name, None)
+    new = dict(wire.read_table(dumps("F", [dict(headers)]), 4))
+    table = [(n, new.pop(n, item)) for n, item in parsed.headers or ()]
+    parsed.headers = table + list(new.items())
+    return wire.write_properties(parsed)
 
 
 def copy_decoded(value: Any) -> Any:

@@ -105,10 +105,10 @@ def test_connection_lost_before_confirm_is_not_acked(conn: Connection, fault_url
     relay_conn = Connection(fault_url)
     channel = relay_conn.channel()
     consumer = core.consumer(channel)
+    consumer.consume()
     # The confirms never reach the relay, as when its connection dies between the
     # publish and the confirm: it publishes every expiry and must ack none of them.
-    channel.events["basic_ack"].discard(core._on_ack)
-    consumer.consume()
+    core._publisher.events["basic_ack"].discard(core._on_ack)
     wait_until(lambda: _drain(relay_conn) or core.counters.received == COUNT, 10, "every expiry received")
     wait_until(lambda: depth(conn, target) == COUNT, 10, "the republished copies to reach the target")
     assert core.outstanding == COUNT
