@@ -14,6 +14,7 @@ from kombu.compression import compress
 
 from ..contract import CONTROL, EXCHANGE, PARKED_AT, PARKED_REASON, PARKING, PREFETCH, RUNGS, rung_name
 from ..envelope import Deliver, Hop, Park, decide, scheduled_headers, scheduled_properties, strip_death
+from ..observe import lateness_seconds
 from .counters import AllowList, Counters
 from .pending import Entry, Pending
 
@@ -120,8 +121,6 @@ class RelayCore:
             self._publish(Entry(message, "hop", EXCHANGE, decision.queue, body_of(message)),
                           decision.headers, decision.properties, mandatory=True)
         else:
-            if decision.reason.startswith("malformed"):
-                self.counters.malformed += 1
             self._park(message, decision, headers, properties)
 
     def _park(self, source: Any, decision: Park, headers: Any, properties: dict[str, Any],
@@ -133,7 +132,7 @@ class RelayCore:
         props = {k: v for k, v in properties.items() if k != "delivery_mode"}
         props["delivery_mode"] = 2
         owner = source if parent is None else None  # a replacement settles through its parent
-        return self._publish(Entry(owner, "park", "", PARKING, None, parent=parent),
+        return self._publish(Entry(owner, "park", "", PARKING, None, parent=parent, reason=decision.reason),
                              parked_headers, props, mandatory=False,
                              body=body_of(source) if body is None else body)
 
@@ -239,11 +238,11 @@ class RelayCore:
 
     def _count(self, entry: Entry) -> None:
         if entry.kind == "park":
-            self.counters.parked += 1
+            self.counters.count_parked(entry.reason)
         elif entry.returned or entry.refused:
             return
         elif entry.kind == "deliver":
-            self.counters.delivered += 1
+            self.counters.count_delivered(lateness_seconds(entry.source.headers, self.clock()))
         else:
             self.counters.hops += 1
 

@@ -31,6 +31,8 @@ class Entry:
     waiting_on: Optional[int] = None
     #: For a replacement: the seq of the publish it replaces.
     parent: Optional[int] = None
+    #: For a parking: why (its ``x-ladder-parked-reason``).
+    reason: str = ""
 
 
 def _as_bytes(body: Any) -> Any:
