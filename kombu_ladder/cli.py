@@ -123,17 +123,25 @@ def move(to: str, limit: Optional[int], keep_parked: bool) -> None:
 @commands.prefetch_option()
 @commands.report_every_option()
 @commands.allow_exchange_option()
+@commands.metrics_port_option()
+@commands.metrics_address_option()
+@commands.metrics_interval_option()
 @_common_options(top=False)
-def relay(prefetch: int, report_every: float, allowed_exchanges: Sequence[str]) -> None:
+def relay(prefetch: int, report_every: float, allowed_exchanges: Sequence[str], metrics_port: Optional[int],
+          metrics_address: str, metrics_interval: float) -> None:
     """Run a relay on --broker until SIGTERM or SIGINT.
 
     It consumes acemq.schedule.due, hops each expired message into the next
     rung or delivers it to its target, and parks what it cannot deliver.
     Run one or more beside your consumers when no Celery worker relays.
+    With --metrics-port it serves Prometheus metrics at /metrics.
     """
+    if metrics_port is not None:
+        commands.metrics_server()  # prometheus-client missing: say so before connecting
     with _broker() as connection:
         commands.relay(connection, prefetch=prefetch, report_every=report_every,
-                       allowed_exchanges=commands.allowed_or_none(allowed_exchanges))
+                       allowed_exchanges=commands.allowed_or_none(allowed_exchanges), metrics_port=metrics_port,
+                       metrics_address=metrics_address, metrics_interval=metrics_interval)
 
 
 def main(argv: Optional[Sequence[str]] = None, *, prog_name: str = "kombu-ladder") -> int:

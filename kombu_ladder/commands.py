@@ -33,7 +33,8 @@ __all__ = [
     "open_connection", "check_broker_url", "connected", "emit", "configure_logging",
     "declare", "status_report", "status_lines", "status", "replay", "move", "relay",
     "parked_option", "json_option", "limit_option", "match_option", "prefetch_option", "report_every_option",
-    "allow_exchange_option", "allowed_or_none",
+    "allow_exchange_option", "allowed_or_none", "metrics_server", "metrics_port_option", "metrics_address_option",
+    "metrics_interval_option",
 ]
 
 #: Exit status when the broker cannot be reached (sysexits' EX_UNAVAILABLE, as Celery's commands use).
@@ -217,10 +218,40 @@ def move(connection: Connection, to: str, *, limit: Optional[int] = None, keep_p
 
 
 def relay(connection: Connection, *, prefetch: int = PREFETCH, report_every: Optional[float] = 30.0,
-          allowed_exchanges: Optional[Iterable[str]] = None) -> None:
-    """Run a relay on ``connection`` until SIGTERM or SIGINT (it logs its counters as it stops)."""
+          allowed_exchanges: Optional[Iterable[str]] = None, metrics_port: Optional[int] = None,
+          metrics_address: str = "127.0.0.1", metrics_interval: float = 15.0) -> None:
+    """Run a relay on ``connection`` until SIGTERM or SIGINT (it logs its counters as it stops).
+
+    With ``metrics_port``, it serves Prometheus metrics on ``metrics_address:metrics_port``
+    from before it starts consuming until it stops.
+    """
     allowed = list(allowed_exchanges) if allowed_exchanges is not None else None
-    Relay(connection, prefetch=prefetch, allowed_exchanges=allowed, report_every=report_every).run_until_signalled()
+    runner = Relay(connection, prefetch=prefetch, allowed_exchanges=allowed, report_every=report_every)
+    server = None
+    if metrics_port is not None:
+        declare_topology(connection)  # so the first sample, before the relay consumes, finds every queue
+        server = metrics_server()(runner.counters, connection, port=metrics_port, address=metrics_address,
+                                  interval=metrics_interval).start()
+    try:
+        runner.run_until_signalled()
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def metrics_server() -> Any:
+    """Return :class:`kombu_ladder.metrics.MetricsServer`.
+
+    Raises:
+        CommandError: prometheus-client is not installed (one line saying what to install).
+    """
+    try:
+        from .metrics import MetricsServer
+    except ModuleNotFoundError as exc:
+        if exc.name != "prometheus_client":
+            raise
+        raise CommandError(str(exc)) from None
+    return MetricsServer
 
 
 # -- options shared by both command lines ----------------------------------------
@@ -257,6 +288,19 @@ report_every_option = _option("--report-every", type=click.FloatRange(min=0, min
 allow_exchange_option = _option(
     "--allow-exchange", "allowed_exchanges", multiple=True, metavar="NAME",
     help="Deliver only to this target exchange; others are parked (repeatable; '' is the default exchange).")
+
+
+#: ``relay --metrics-port PORT``.
+metrics_port_option = _option(
+    "--metrics-port", type=click.IntRange(min=0, max=65535), default=None, metavar="PORT",
+    help="Serve Prometheus metrics on this port at /metrics (needs the prometheus extra; 0: any free port).")
+#: ``relay --metrics-address ADDRESS``.
+metrics_address_option = _option("--metrics-address", default="127.0.0.1", show_default=True, metavar="ADDRESS",
+                                 help="The address --metrics-port listens on (0.0.0.0: every interface).")
+#: ``relay --metrics-interval SECONDS``.
+metrics_interval_option = _option(
+    "--metrics-interval", type=click.FloatRange(min=0, min_open=True), default=15.0, show_default=True,
+    metavar="SECONDS", help="Sample the ladder's queue depths this often for the metrics (never per scrape).")
 
 
 def allowed_or_none(names: Sequence[str]) -> Optional[list[str]]:

@@ -33,8 +33,8 @@ def reason_code(reason: str) -> str:
     >>> reason_code("something new")
     'other'
     """
-    code = reason.split(":", 1)[0].strip() if isinstance(reason, str) else ""
-    return code if code in REASONS[:-1] else "other"
+    code, colon, _ = reason.partition(":") if isinstance(reason, str) else ("", "", "")
+    return code if colon and code in REASONS[:-1] else "other"
 
 
 def lateness_seconds(headers: Optional[Mapping[str, Any]], now: float) -> Optional[float]:
