@@ -14,6 +14,7 @@ from kombu_ladder.relay import Counters, RelayCore
 from kombu_ladder.targets import ExchangeCheck
 from kombu_ladder.topology import declare
 
+from .metrics import serve_metrics
 from .settings import LadderSettings
 
 __all__ = ["LadderRelay", "STOP_GRACE"]
@@ -45,6 +46,8 @@ class LadderRelay(bootsteps.ConsumerStep):
         #: Parks deliveries to a missing exchange: a publish there would close the worker's
         #: channel with 404, and Celery stops the worker on it (see kombu_ladder.targets).
         self.exchange_check: Any = None
+        #: Serves /metrics once started, when ladder_metrics_port is set (see celery_ladder.metrics).
+        self.metrics: Any = None
         super().__init__(c, **kwargs)
 
     def include_if(self, c: Any) -> bool:
@@ -72,6 +75,8 @@ class LadderRelay(bootsteps.ConsumerStep):
             consumer.consume()
         c.ladder_relay = self
         logger.info(I_STARTED, CONTROL, self.core.prefetch)
+        if self.metrics is None:
+            self.metrics = serve_metrics(c.app, self.counters, c.connection)
 
     def stop(self, c: Any) -> None:
         self._finish(c)
@@ -82,6 +87,8 @@ class LadderRelay(bootsteps.ConsumerStep):
         self._finish(c)
         if self.exchange_check is not None:
             self.exchange_check.close()
+        if self.metrics is not None:
+            self.metrics.stop()
         super().shutdown(c)
         self.consumers = []
 

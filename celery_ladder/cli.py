@@ -101,16 +101,24 @@ def declare(ctx: click.Context, **kwargs: Any) -> None:
 @ladder.command(cls=CeleryCommand)
 @commands.prefetch_option(cls=CeleryOption, help_group="Relay Options")
 @commands.report_every_option(cls=CeleryOption, help_group="Relay Options")
+@commands.metrics_port_option(cls=CeleryOption, help_group="Relay Options")
+@commands.metrics_address_option(cls=CeleryOption, help_group="Relay Options")
+@commands.metrics_interval_option(cls=CeleryOption, help_group="Relay Options")
 @click.pass_context
 @handle_preload_options
-def relay(ctx: click.Context, prefetch: int, report_every: Optional[float], **kwargs: Any) -> None:
+def relay(ctx: click.Context, prefetch: int, report_every: Optional[float], metrics_port: Optional[int],
+          metrics_address: str, metrics_interval: float, **kwargs: Any) -> None:
     """Run a standalone relay on the app's broker until SIGTERM or SIGINT.
 
     It keeps to the app's ladder_allowed_exchanges, as the workers' relay does.
+    With --metrics-port it serves Prometheus metrics at /metrics.
     """
+    if metrics_port is not None:
+        commands.metrics_server()  # prometheus-client missing: say so before connecting
     try:
         allowed = LadderSettings.from_conf(ctx.obj.app.conf).allowed_exchanges
     except (TypeError, ValueError) as exc:  # a bad setting, named in the message
         raise commands.BadUsage(str(exc)) from None
     with _broker(ctx) as connection:
-        commands.relay(connection, prefetch=prefetch, report_every=report_every, allowed_exchanges=allowed)
+        commands.relay(connection, prefetch=prefetch, report_every=report_every, allowed_exchanges=allowed,
+                       metrics_port=metrics_port, metrics_address=metrics_address, metrics_interval=metrics_interval)
