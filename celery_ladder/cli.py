@@ -1,4 +1,4 @@
-"""``celery ladder status|declare|relay``, and the ``-P ladder`` pool name (a celery.commands plugin).
+"""``celery ladder status|check|show|declare|relay``, and the ``-P ladder`` pool name (a celery.commands plugin).
 
 The command bodies are :mod:`kombu_ladder.commands`, the ones ``kombu-ladder``
 runs: these wrappers hand them the app's connection and settings, so output
@@ -15,7 +15,7 @@ import click
 from celery.bin.base import CeleryCommand, CeleryOption, handle_preload_options
 from kombu import Connection
 
-from kombu_ladder import commands
+from kombu_ladder import checks, commands, oversight
 
 from . import control  # noqa: F401 - the CLI process must know ``inspect ladder``
 from .control import COUNTER_NAMES
@@ -72,21 +72,59 @@ def ladder() -> None:
 
 @ladder.command(cls=CeleryCommand)
 @commands.parked_option(cls=CeleryOption, help_group="Status Options")
+@commands.due_option(cls=CeleryOption, help_group="Status Options")
 @commands.json_option(cls=CeleryOption, help_group="Status Options")
 @click.option("--timeout", cls=CeleryOption, type=click.FloatRange(min=0), default=1.0, show_default=True,
               help_group="Status Options", help="Seconds to wait for the workers' replies.")
 @click.pass_context
 @handle_preload_options
-def status(ctx: click.Context, parked: int, as_json: bool, timeout: float, **kwargs: Any) -> None:
+def status(ctx: click.Context, parked: int, due: bool, as_json: bool, timeout: float, **kwargs: Any) -> None:
     """Show each rung's depth, why messages are parked, and every worker's relay counters."""
     with _broker(ctx) as connection:
-        report = commands.status_report(connection, parked=parked)
+        report = commands.status_report(connection, parked=parked, due=due)
     report["workers"] = worker_counters(ctx.obj.app, timeout=timeout)
     if as_json:
         commands.emit(json.dumps(report, indent=2, sort_keys=True))
         return
     for line in [*commands.status_lines(report), "", *worker_lines(report["workers"])]:
         commands.emit(line)
+
+
+@ladder.command(cls=CeleryCommand)
+@checks.min_relays_option(cls=CeleryOption, help_group="Check Options")
+@checks.max_backlog_option(cls=CeleryOption, help_group="Check Options")
+@checks.max_parked_option(cls=CeleryOption, help_group="Check Options")
+@commands.json_option(cls=CeleryOption, help_group="Check Options")
+@click.pass_context
+@handle_preload_options
+def check(ctx: click.Context, min_relays: int, max_backlog: int, max_parked: Optional[int], as_json: bool,
+          **kwargs: Any) -> None:
+    """Exit 0 if the app's ladder is healthy, else 1 with one line saying why (for probes and deploy scripts).
+
+    Healthy: the exchange and queues are declared as the contract says, at least
+    one relay consumes acemq.schedule.due, and fewer than --max-backlog messages
+    wait there. Exit status 69 when the broker cannot be reached.
+    """
+    with _broker(ctx) as connection:
+        oversight.check(connection, min_relays=min_relays, max_backlog=max_backlog, max_parked=max_parked,
+                        as_json=as_json)
+
+
+@ladder.command(cls=CeleryCommand)
+@click.argument("task_id")
+@checks.find_limit_option(cls=CeleryOption, help_group="Show Options")
+@commands.json_option(cls=CeleryOption, help_group="Show Options")
+@click.pass_context
+@handle_preload_options
+def show(ctx: click.Context, task_id: str, limit: int, as_json: bool, **kwargs: Any) -> None:
+    """Show where a task sent with a countdown or ETA waits: its rung, due time and queue.
+
+    'celery inspect scheduled' cannot: the task is in RabbitMQ, not in a worker,
+    until it is due. Every message looked at is put back at its place. Exit
+    status 1 when no waiting task has TASK_ID.
+    """
+    with _broker(ctx) as connection:
+        oversight.find_message(connection, task_id, limit=limit, as_json=as_json)
 
 
 @ladder.command(cls=CeleryCommand)

@@ -8,7 +8,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 import click
 from kombu import Connection
 
-from . import commands
+from . import checks, commands, oversight
 from .brokers import DEFAULT_BROKER
 
 __all__ = ["cli", "main", "BROKER_ENV"]
@@ -87,12 +87,47 @@ def declare() -> None:
 
 @cli.command()
 @commands.parked_option()
+@commands.due_option()
 @commands.json_option()
 @_common_options(top=False)
-def status(parked: int, as_json: bool) -> None:
+def status(parked: int, due: bool, as_json: bool) -> None:
     """Show each rung's depth and consumers, the control and parking queues, and why messages are parked."""
     with _broker() as connection:
-        commands.status(connection, parked=parked, as_json=as_json)
+        commands.status(connection, parked=parked, as_json=as_json, due=due)
+
+
+@cli.command()
+@checks.min_relays_option()
+@checks.max_backlog_option()
+@checks.max_parked_option()
+@commands.json_option()
+@_common_options(top=False)
+def check(min_relays: int, max_backlog: int, max_parked: Optional[int], as_json: bool) -> None:
+    """Exit 0 if the ladder is healthy, else 1 with one line saying why (for probes and deploy scripts).
+
+    Healthy: the exchange and queues are declared as the contract says, at least
+    one relay consumes acemq.schedule.due, and fewer than --max-backlog messages
+    wait there. Exit status 69 when the broker cannot be reached.
+    """
+    with _broker() as connection:
+        oversight.check(connection, min_relays=min_relays, max_backlog=max_backlog, max_parked=max_parked,
+                        as_json=as_json)
+
+
+@cli.command()
+@click.argument("ident", metavar="ID")
+@checks.find_limit_option()
+@checks.every_option()
+@commands.json_option()
+@_common_options(top=False)
+def find(ident: str, limit: int, every: bool, as_json: bool) -> None:
+    """Find a waiting message by message id or Celery task id: its rung, due time and target.
+
+    It looks into the rungs, longest first, then acemq.schedule.parked, and puts
+    every message back at its place. Exit status 1 when no waiting message has ID.
+    """
+    with _broker() as connection:
+        oversight.find_message(connection, ident, limit=limit, every=every, as_json=as_json)
 
 
 @cli.command()

@@ -21,6 +21,7 @@ from kombu.exceptions import OperationalError
 from .brokers import UnsupportedBroker, require_rabbitmq
 from .contract import CONTROL, PARKING, PREFETCH
 from .depths import QueueDepth, queue_depths
+from .due import DueBound, due_bounds, due_lines
 from .errors import LadderError
 from .migrate import move as move_ladder
 from .parking import parked_reasons
@@ -32,7 +33,8 @@ __all__ = [
     "CommandError", "BrokerUnavailable", "BadUsage", "EX_UNAVAILABLE", "EX_USAGE",
     "open_connection", "check_broker_url", "connected", "emit", "configure_logging",
     "declare", "status_report", "status_lines", "status", "replay", "move", "relay",
-    "parked_option", "json_option", "limit_option", "match_option", "prefetch_option", "report_every_option",
+    "parked_option", "due_option", "json_option", "limit_option", "match_option", "prefetch_option",
+    "report_every_option", "shared_option",
     "allow_exchange_option", "allowed_or_none", "metrics_server", "metrics_port_option", "metrics_address_option",
     "metrics_interval_option",
 ]
@@ -167,16 +169,22 @@ def declare(connection: Connection) -> None:
         emit(name)
 
 
-def status_report(connection: Connection, *, parked: int = 100) -> dict[str, Any]:
-    """Return the ladder's queues and, when messages are parked, the reasons of the first ``parked``."""
+def status_report(connection: Connection, *, parked: int = 100, due: bool = False) -> dict[str, Any]:
+    """Return the ladder's queues and, when messages are parked, the reasons of the first ``parked``.
+
+    With ``due``, also bounds on how many messages fall due within a minute, an hour and a day.
+    """
     depths = queue_depths(connection)
     waiting = next((row.messages for row in depths if row.queue == PARKING), None) or 0
     reasons = parked_reasons(connection, limit=parked) if waiting and parked else []
-    return {
+    report: dict[str, Any] = {
         "queues": [row._asdict() for row in depths],
         "parked_reasons": [{"reason": reason, "count": count} for reason, count in reasons],
         "parked_looked_at": min(waiting, parked),
     }
+    if due:
+        report["due"] = [b.__dict__ for b in due_bounds({row.queue: row.messages for row in depths})]
+    return report
 
 
 def status_lines(report: dict[str, Any]) -> list[str]:
@@ -188,12 +196,14 @@ def status_lines(report: dict[str, Any]) -> list[str]:
     if report["parked_reasons"]:
         lines += ["", I_PARKED_TITLE.format(report["parked_looked_at"])]
         lines += [f"{r['count']:>7}  {r['reason']}" for r in report["parked_reasons"]]
+    if "due" in report:
+        lines += ["", *due_lines([DueBound(**b) for b in report["due"]])]
     return lines
 
 
-def status(connection: Connection, *, parked: int = 100, as_json: bool = False) -> None:
+def status(connection: Connection, *, parked: int = 100, as_json: bool = False, due: bool = False) -> None:
     """Print each queue's depth and consumers and the tally of parked reasons (or one JSON document)."""
-    report = status_report(connection, parked=parked)
+    report = status_report(connection, parked=parked, due=due)
     if as_json:
         emit(json.dumps(report, indent=2, sort_keys=True))
         return
@@ -266,10 +276,16 @@ def _option(*names: str, **fixed: Any) -> Callable[..., Decorator]:
     return factory
 
 
+#: Make an option both command lines share: ``shared_option("--x", ...)(cls=CeleryOption, ...)``.
+shared_option = _option
+
 #: ``status --parked N``.
 parked_option = _option(
     "--parked", type=click.IntRange(min=0), default=100, show_default=True, metavar="N",
     help="Tally the parked reasons of the first N parked messages (0: none); they are only looked at.")
+#: ``status --due``.
+due_option = _option("--due", is_flag=True, help="Also bound how many messages fall due within a minute, an "
+                                                  "hour and a day, from the rung depths.")
 #: ``status --json``.
 json_option = _option("--json", "as_json", is_flag=True, help="Print one JSON document instead of tables.")
 #: ``replay/move --limit N``.
