@@ -64,8 +64,8 @@ def due_bounds(depths: Mapping[str, Optional[int]]) -> list[DueBound]:
 
 #: ``status --due``: the table's header and row, and what the bounds mean.
 I_DUE_ROW = "{:<18} {:>9} {:>9}"
-I_DUE_NOTE = ("bounds from the rung depths alone: a rung's messages fall due before the next longer rung's",
-              "TTL has passed; the 1h rung and acemq.schedule.due may hold any due time")
+I_DUE_NOTE = ("bounds from the rung depths alone: a rung's messages fall due before the next",
+              "longer rung's TTL has passed; the 1h rung and acemq.schedule.due may hold any due time")
 
 
 def due_lines(bounds: list[DueBound]) -> list[str]:

@@ -17,14 +17,14 @@ DEFAULT_MAX_BACKLOG = 1000
 
 T_MISSING = "{names} (run 'kombu-ladder declare')"
 T_DIFFERS = "{name} exists with settings other than the contract's: {reason}"
-T_TOPOLOGY_OK = "the exchange and the {count} queues are as the contract says"
+T_TOPOLOGY_OK = "topology as the contract says"
 T_NO_RELAY = "no relay consumes {queue}"
 T_FEW_RELAYS = "{count} relay(s) consume {queue}, fewer than {minimum}"
-T_RELAYS_OK = "{count} relay(s) consume {queue}"
+T_RELAYS_OK = "{count} relay(s) consuming"
 T_BACKLOG = "{count} message(s) wait in {queue}, not under {maximum}: the relays do not keep up"
-T_BACKLOG_OK = "{count} message(s) wait in {queue}, under {maximum}"
+T_BACKLOG_OK = "backlog {count} (under {maximum})"
 T_PARKED = "{count} message(s) are parked in {queue}, more than {maximum}"
-T_PARKED_OK = "{count} message(s) are parked in {queue}"
+T_PARKED_OK = "{count} parked"
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ def topology_findings(connection: Any) -> list[Finding]:
     if missing:
         problems.insert(0, Finding("topology", False, T_MISSING.format(
             names="the ladder is not declared" if len(missing) == len(probes) else ", ".join(missing) + " missing")))
-    return problems or [Finding("topology", True, T_TOPOLOGY_OK.format(count=len(queues)))]
+    return problems or [Finding("topology", True, T_TOPOLOGY_OK)]
 
 
 def queue_findings(depths: Sequence[QueueDepth], *, min_relays: int = 1, max_backlog: int = DEFAULT_MAX_BACKLOG,

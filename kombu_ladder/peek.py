@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
+from amqp.channel import Channel as AmqpChannel
 from kombu import Consumer, Queue
 
 from .contract import DUE_AT, PARKED_REASON, PARKING, TARGET_EXCHANGE, TARGET_ROUTING_KEY, rung_names
@@ -130,8 +131,7 @@ def peek(connection: Any, queue: str, visit: Callable[[int, Any], bool], *, limi
             seen += 1
             stop = bool(visit(seen, message)) or seen >= limit
 
-        consumer = Consumer(channel, queues=[Queue(queue, no_declare=True)], on_message=on_message, no_ack=False)
-        consumer.consume()
+        cancel = _consume(channel, queue, on_message)
         shown = time.monotonic()
         while not stop and seen < depth:
             try:
@@ -143,13 +143,37 @@ def peek(connection: Any, queue: str, visit: Callable[[int, Any], bool], *, limi
                 shown = time.monotonic()
                 progress(Progress(queue, seen, depth))
         stop = True
-        consumer.cancel()  # the deliveries still on their way arrive before the cancel's reply, and are ignored
+        cancel()  # the deliveries still on their way arrive before the cancel's reply, and are ignored
         return seen, depth
     finally:
         try:
             channel.close()  # the broker puts every unacked message back at its place
         except Exception:  # noqa: BLE001 - closed by the broker already (a missing queue): nothing is held
             pass
+
+
+class _Raw:
+    """A py-amqp message seen as a kombu one (``headers``, ``properties``), without kombu's decoding."""
+
+    __slots__ = ("headers", "properties")
+
+    def __init__(self, message: Any) -> None:
+        self.properties = message.properties
+        self.headers = message.properties.get("application_headers") or {}
+
+
+def _consume(channel: Any, queue: str, on_message: Callable[[Any], None]) -> Callable[[], None]:
+    """Consume ``queue`` unacked, unlimited prefetch; return how to cancel.
+
+    On py-amqp the raw messages are read, which is about four times as fast as
+    building kombu messages; other transports (the simulator) go through kombu.
+    """
+    if isinstance(channel, AmqpChannel):
+        tag = channel.basic_consume(queue, callback=lambda message: on_message(_Raw(message)), no_ack=False)
+        return lambda: channel.basic_cancel(tag)
+    consumer = Consumer(channel, queues=[Queue(queue, no_declare=True)], on_message=on_message, no_ack=False)
+    consumer.consume()
+    return consumer.cancel
 
 
 def find(connection: Any, ident: str, *, limit: int = DEFAULT_LIMIT, first: bool = True,
