@@ -11,7 +11,7 @@ from typing import Any, Iterator
 import pytest
 from conftest import wait_for
 from kombu import Connection
-from rabbit_helpers import fresh_vhost, list_queues, vhost_url  # noqa: F401 - fresh_vhost is a fixture
+from rabbit_helpers import drain, fresh_vhost, list_queues, vhost_url  # noqa: F401 - fresh_vhost is a fixture
 
 from kombu_ladder import LadderProducer, declare
 from kombu_ladder.contract import CONTROL, PARKING, rung_name, rung_names
@@ -146,16 +146,8 @@ def test_celery_ladder_check_uses_the_apps_broker(fresh_vhost: str) -> None:  # 
 
 # -- find ----------------------------------------------------------------------------------------------
 
-def drain(conn: Connection, queue: str) -> list[str]:
-    """Take every message of ``queue`` (destructively), in order; return their message ids."""
-    channel = conn.channel()
-    ids = []
-    try:
-        while (message := channel.basic_get(queue, no_ack=True)) is not None:
-            ids.append(message.properties["message_id"])
-    finally:
-        channel.close()
-    return ids
+def drain_ids(conn: Connection, queue: str) -> list[str]:
+    return [message.properties["message_id"] for message in drain(conn, queue)]
 
 
 @pytest.mark.broker
@@ -182,7 +174,7 @@ def test_find_shows_the_rung_and_due_time_and_leaves_the_queue_as_it_was(fresh_v
         assert missing.stderr == ("Error: no waiting message has the id 'nope': looked at 10 message(s) in the rungs "
                                   "and acemq.schedule.parked (stopped at --limit 10); it may be delivered already, "
                                   "or on its way between two queues\n")
-        assert drain(conn, rung) == published, "every message is back, in its order"
+        assert drain_ids(conn, rung) == published, "every message is back, in its order"
 
 
 @pytest.mark.broker

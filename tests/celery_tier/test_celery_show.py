@@ -8,7 +8,7 @@ import time
 
 import pytest
 from kombu import Connection
-from rabbit_helpers import fresh_vhost, vhost_url  # noqa: F401 - fresh_vhost is a fixture
+from rabbit_helpers import drain, fresh_vhost, vhost_url  # noqa: F401 - fresh_vhost is a fixture
 from test_cli import celery_ladder
 
 import celery_ladder as ladder_for_celery
@@ -21,15 +21,7 @@ pytestmark = [pytest.mark.broker, pytest.mark.celery]
 
 
 def task_ids(conn: Connection, queue: str) -> list[str]:
-    """Take every message of ``queue`` (destructively), in order; return their task ids."""
-    channel = conn.channel()
-    ids = []
-    try:
-        while (message := channel.basic_get(queue, no_ack=True)) is not None:
-            ids.append(message.headers["id"])
-    finally:
-        channel.close()
-    return ids
+    return [message.headers["id"] for message in drain(conn, queue)]
 
 
 def test_a_countdown_task_is_shown_with_its_rung_and_due_time(fresh_vhost: str) -> None:  # noqa: F811
