@@ -14,6 +14,7 @@ from kombu_ladder.relay import Counters, RelayCore
 from kombu_ladder.targets import ExchangeCheck
 from kombu_ladder.topology import declare
 
+from .metrics import serve_metrics
 from .settings import LadderSettings
 
 __all__ = ["LadderRelay", "STOP_GRACE"]
@@ -49,6 +50,8 @@ class LadderRelay(bootsteps.ConsumerStep):
         #: publish there would close the relay's channel (see kombu_ladder.targets).
         self.exchange_check: Any = None
         self._ticker: Any = None
+        #: Serves /metrics once started, when ladder_metrics_port is set (see celery_ladder.metrics).
+        self.metrics: Any = None
         super().__init__(c, **kwargs)
 
     def include_if(self, c: Any) -> bool:
@@ -81,6 +84,8 @@ class LadderRelay(bootsteps.ConsumerStep):
                         else c.timer.call_repeatedly(TICK, c.call_soon, (self.core.tick,)))
         c.ladder_relay = self
         logger.info(I_STARTED, CONTROL, self.core.prefetch)
+        if self.metrics is None:
+            self.metrics = serve_metrics(c.app, self.counters, c.connection)
 
     def stop(self, c: Any) -> None:
         self._finish(c)
@@ -91,6 +96,8 @@ class LadderRelay(bootsteps.ConsumerStep):
         self._finish(c)
         if self.exchange_check is not None:
             self.exchange_check.close()
+        if self.metrics is not None:
+            self.metrics.stop()
         super().shutdown(c)
         self.consumers = []
 

@@ -1,4 +1,4 @@
-"""``celery ladder status|declare|relay``, and the ``-P ladder`` pool name (a celery.commands plugin).
+"""``celery ladder status|check|show|declare|relay``, and the ``-P ladder`` pool name (a celery.commands plugin).
 
 The command bodies are :mod:`kombu_ladder.commands`, the ones ``kombu-ladder``
 runs: these wrappers hand them the app's connection and settings, so output
@@ -15,7 +15,7 @@ import click
 from celery.bin.base import CeleryCommand, CeleryOption, handle_preload_options
 from kombu import Connection
 
-from kombu_ladder import commands
+from kombu_ladder import checks, commands, oversight
 
 from . import control  # noqa: F401 - the CLI process must know ``inspect ladder``
 from .control import COUNTER_NAMES
@@ -72,21 +72,59 @@ def ladder() -> None:
 
 @ladder.command(cls=CeleryCommand)
 @commands.parked_option(cls=CeleryOption, help_group="Status Options")
+@commands.due_option(cls=CeleryOption, help_group="Status Options")
 @commands.json_option(cls=CeleryOption, help_group="Status Options")
 @click.option("--timeout", cls=CeleryOption, type=click.FloatRange(min=0), default=1.0, show_default=True,
               help_group="Status Options", help="Seconds to wait for the workers' replies.")
 @click.pass_context
 @handle_preload_options
-def status(ctx: click.Context, parked: int, as_json: bool, timeout: float, **kwargs: Any) -> None:
+def status(ctx: click.Context, parked: int, due: bool, as_json: bool, timeout: float, **kwargs: Any) -> None:
     """Show each rung's depth, why messages are parked, and every worker's relay counters."""
     with _broker(ctx) as connection:
-        report = commands.status_report(connection, parked=parked)
+        report = commands.status_report(connection, parked=parked, due=due)
     report["workers"] = worker_counters(ctx.obj.app, timeout=timeout)
     if as_json:
         commands.emit(json.dumps(report, indent=2, sort_keys=True))
         return
     for line in [*commands.status_lines(report), "", *worker_lines(report["workers"])]:
         commands.emit(line)
+
+
+@ladder.command(cls=CeleryCommand)
+@checks.min_relays_option(cls=CeleryOption, help_group="Check Options")
+@checks.max_backlog_option(cls=CeleryOption, help_group="Check Options")
+@checks.max_parked_option(cls=CeleryOption, help_group="Check Options")
+@commands.json_option(cls=CeleryOption, help_group="Check Options")
+@click.pass_context
+@handle_preload_options
+def check(ctx: click.Context, min_relays: int, max_backlog: int, max_parked: Optional[int], as_json: bool,
+          **kwargs: Any) -> None:
+    """Exit 0 if the app's ladder is healthy, else 1 with one line saying why (for probes and deploy scripts).
+
+    Healthy: the exchange and queues are declared as the contract says, at least
+    one relay consumes acemq.schedule.due, and fewer than --max-backlog messages
+    wait there. Exit status 69 when the broker cannot be reached.
+    """
+    with _broker(ctx) as connection:
+        oversight.check(connection, min_relays=min_relays, max_backlog=max_backlog, max_parked=max_parked,
+                        as_json=as_json)
+
+
+@ladder.command(cls=CeleryCommand)
+@click.argument("task_id")
+@checks.find_limit_option(cls=CeleryOption, help_group="Show Options")
+@commands.json_option(cls=CeleryOption, help_group="Show Options")
+@click.pass_context
+@handle_preload_options
+def show(ctx: click.Context, task_id: str, limit: int, as_json: bool, **kwargs: Any) -> None:
+    """Show where a task sent with a countdown or ETA waits: its rung, due time and queue.
+
+    'celery inspect scheduled' cannot: the task is in RabbitMQ, not in a worker,
+    until it is due. Every message looked at is put back at its place. Exit
+    status 1 when no waiting task has TASK_ID.
+    """
+    with _broker(ctx) as connection:
+        oversight.find_message(connection, task_id, limit=limit, as_json=as_json)
 
 
 @ladder.command(cls=CeleryCommand)
@@ -101,16 +139,24 @@ def declare(ctx: click.Context, **kwargs: Any) -> None:
 @ladder.command(cls=CeleryCommand)
 @commands.prefetch_option(cls=CeleryOption, help_group="Relay Options")
 @commands.report_every_option(cls=CeleryOption, help_group="Relay Options")
+@commands.metrics_port_option(cls=CeleryOption, help_group="Relay Options")
+@commands.metrics_address_option(cls=CeleryOption, help_group="Relay Options")
+@commands.metrics_interval_option(cls=CeleryOption, help_group="Relay Options")
 @click.pass_context
 @handle_preload_options
-def relay(ctx: click.Context, prefetch: int, report_every: Optional[float], **kwargs: Any) -> None:
+def relay(ctx: click.Context, prefetch: int, report_every: Optional[float], metrics_port: Optional[int],
+          metrics_address: str, metrics_interval: float, **kwargs: Any) -> None:
     """Run a standalone relay on the app's broker until SIGTERM or SIGINT.
 
     It keeps to the app's ladder_allowed_exchanges, as the workers' relay does.
+    With --metrics-port it serves Prometheus metrics at /metrics.
     """
+    if metrics_port is not None:
+        commands.metrics_server()  # prometheus-client missing: say so before connecting
     try:
         allowed = LadderSettings.from_conf(ctx.obj.app.conf).allowed_exchanges
     except (TypeError, ValueError) as exc:  # a bad setting, named in the message
         raise commands.BadUsage(str(exc)) from None
     with _broker(ctx) as connection:
-        commands.relay(connection, prefetch=prefetch, report_every=report_every, allowed_exchanges=allowed)
+        commands.relay(connection, prefetch=prefetch, report_every=report_every, allowed_exchanges=allowed,
+                       metrics_port=metrics_port, metrics_address=metrics_address, metrics_interval=metrics_interval)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
-__all__ = ["LadderSettings", "SETTINGS", "ALLOWED_EXCHANGES", "as_bool", "as_exchanges", "read_bool"]
+__all__ = ["LadderSettings", "SETTINGS", "ALLOWED_EXCHANGES", "METRICS_PORT", "METRICS_ADDRESS", "as_bool",
+           "as_exchanges", "as_metrics_port", "as_metrics_address", "read_bool"]
 
 #: Each setting's app.conf name -> (default, its Django settings.py name).
 SETTINGS: dict[str, tuple[bool, str]] = {
@@ -15,6 +16,12 @@ SETTINGS: dict[str, tuple[bool, str]] = {
 
 #: The relay's target-exchange allow-list: its app.conf name and its Django settings.py name.
 ALLOWED_EXCHANGES = ("ladder_allowed_exchanges", "CELERY_LADDER_ALLOWED_EXCHANGES")
+
+#: The port the workers serve Prometheus metrics on (None: no metrics): app.conf and Django names.
+METRICS_PORT = ("ladder_metrics_port", "CELERY_LADDER_METRICS_PORT")
+
+#: The address that port listens on: app.conf and Django names.
+METRICS_ADDRESS = ("ladder_metrics_address", "CELERY_LADDER_METRICS_ADDRESS")
 
 #: Strings accepted for a boolean setting (environment variables and .env files give strings).
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -73,6 +80,38 @@ def as_exchanges(value: Any) -> Optional[frozenset[str]]:
     )
 
 
+def as_metrics_port(value: Any) -> Optional[int]:
+    """Read ``ladder_metrics_port``: None (no metrics) or a TCP port, 0 to 65535 (0: any free port).
+
+    Raises:
+        ValueError: anything else, naming the setting.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 65535:
+        return value
+    name, django = METRICS_PORT
+    raise ValueError(f"setting {name} ({django} in Django settings) must be None or a port number "
+                     f"from 0 to 65535, not {value!r}")
+
+
+def as_metrics_address(value: Any) -> str:
+    """Read ``ladder_metrics_address``: the address to listen on; None is 127.0.0.1 (this host only).
+
+    Raises:
+        TypeError: not a non-empty string, naming the setting.
+    """
+    if value is None:
+        return "127.0.0.1"
+    if isinstance(value, str) and value.strip():
+        return value.strip()
+    name, django = METRICS_ADDRESS
+    raise TypeError(f"setting {name} ({django} in Django settings) must be an address such as \"0.0.0.0\", "
+                    f"not {value!r}")
+
+
 @dataclass(frozen=True)
 class LadderSettings:
     """The ladder's settings for one Celery app."""
@@ -83,6 +122,10 @@ class LadderSettings:
     relay: bool = True
     #: Target exchanges the workers' relay may deliver to; ``None`` (the default) allows every one.
     allowed_exchanges: Optional[frozenset[str]] = None
+    #: The port the workers' relay serves Prometheus metrics on; None (the default) serves none.
+    metrics_port: Optional[int] = None
+    #: The address ``metrics_port`` listens on.
+    metrics_address: str = "127.0.0.1"
 
     @classmethod
     def from_conf(cls, conf: Mapping[str, Any]) -> "LadderSettings":
@@ -91,9 +134,13 @@ class LadderSettings:
         A setting that is absent or ``None`` takes its default (True).
 
         Raises:
-            ValueError: a boolean setting has a value that is not a boolean.
-            TypeError: ``ladder_allowed_exchanges`` is not None or a list of names.
+            ValueError: a boolean setting has a value that is not a boolean, or
+                ``ladder_metrics_port`` is not a port number.
+            TypeError: ``ladder_allowed_exchanges`` is not None or a list of names, or
+                ``ladder_metrics_address`` is not a string.
         """
         values = {name: read_bool(conf, name) for name in SETTINGS}
         return cls(enabled=values["ladder_enabled"], relay=values["ladder_relay"],
-                   allowed_exchanges=as_exchanges(conf.get(ALLOWED_EXCHANGES[0])))
+                   allowed_exchanges=as_exchanges(conf.get(ALLOWED_EXCHANGES[0])),
+                   metrics_port=as_metrics_port(conf.get(METRICS_PORT[0])),
+                   metrics_address=as_metrics_address(conf.get(METRICS_ADDRESS[0])))

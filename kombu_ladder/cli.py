@@ -8,7 +8,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 import click
 from kombu import Connection
 
-from . import commands
+from . import checks, commands, oversight
 from .brokers import DEFAULT_BROKER
 
 __all__ = ["cli", "main", "BROKER_ENV"]
@@ -87,12 +87,47 @@ def declare() -> None:
 
 @cli.command()
 @commands.parked_option()
+@commands.due_option()
 @commands.json_option()
 @_common_options(top=False)
-def status(parked: int, as_json: bool) -> None:
+def status(parked: int, due: bool, as_json: bool) -> None:
     """Show each rung's depth and consumers, the control and parking queues, and why messages are parked."""
     with _broker() as connection:
-        commands.status(connection, parked=parked, as_json=as_json)
+        commands.status(connection, parked=parked, as_json=as_json, due=due)
+
+
+@cli.command()
+@checks.min_relays_option()
+@checks.max_backlog_option()
+@checks.max_parked_option()
+@commands.json_option()
+@_common_options(top=False)
+def check(min_relays: int, max_backlog: int, max_parked: Optional[int], as_json: bool) -> None:
+    """Exit 0 if the ladder is healthy, else 1 with one line saying why (for probes and deploy scripts).
+
+    Healthy: the exchange and queues are declared as the contract says, at least
+    one relay consumes acemq.schedule.due, and fewer than --max-backlog messages
+    wait there. Exit status 69 when the broker cannot be reached.
+    """
+    with _broker() as connection:
+        oversight.check(connection, min_relays=min_relays, max_backlog=max_backlog, max_parked=max_parked,
+                        as_json=as_json)
+
+
+@cli.command()
+@click.argument("ident", metavar="ID")
+@checks.find_limit_option()
+@checks.every_option()
+@commands.json_option()
+@_common_options(top=False)
+def find(ident: str, limit: int, every: bool, as_json: bool) -> None:
+    """Find a waiting message by message id or Celery task id: its rung, due time and target.
+
+    It looks into the rungs, longest first, then acemq.schedule.parked, and puts
+    every message back at its place. Exit status 1 when no waiting message has ID.
+    """
+    with _broker() as connection:
+        oversight.find_message(connection, ident, limit=limit, every=every, as_json=as_json)
 
 
 @cli.command()
@@ -123,17 +158,25 @@ def move(to: str, limit: Optional[int], keep_parked: bool) -> None:
 @commands.prefetch_option()
 @commands.report_every_option()
 @commands.allow_exchange_option()
+@commands.metrics_port_option()
+@commands.metrics_address_option()
+@commands.metrics_interval_option()
 @_common_options(top=False)
-def relay(prefetch: int, report_every: float, allowed_exchanges: Sequence[str]) -> None:
+def relay(prefetch: int, report_every: float, allowed_exchanges: Sequence[str], metrics_port: Optional[int],
+          metrics_address: str, metrics_interval: float) -> None:
     """Run a relay on --broker until SIGTERM or SIGINT.
 
     It consumes acemq.schedule.due, hops each expired message into the next
     rung or delivers it to its target, and parks what it cannot deliver.
     Run one or more beside your consumers when no Celery worker relays.
+    With --metrics-port it serves Prometheus metrics at /metrics.
     """
+    if metrics_port is not None:
+        commands.metrics_server()  # prometheus-client missing: say so before connecting
     with _broker() as connection:
         commands.relay(connection, prefetch=prefetch, report_every=report_every,
-                       allowed_exchanges=commands.allowed_or_none(allowed_exchanges))
+                       allowed_exchanges=commands.allowed_or_none(allowed_exchanges), metrics_port=metrics_port,
+                       metrics_address=metrics_address, metrics_interval=metrics_interval)
 
 
 def main(argv: Optional[Sequence[str]] = None, *, prog_name: str = "kombu-ladder") -> int:

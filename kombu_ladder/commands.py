@@ -21,6 +21,7 @@ from kombu.exceptions import OperationalError
 from .brokers import UnsupportedBroker, require_rabbitmq
 from .contract import CONTROL, PARKING, PREFETCH
 from .depths import QueueDepth, queue_depths
+from .due import DueBound, due_bounds, due_lines
 from .errors import LadderError
 from .migrate import move as move_ladder
 from .parking import parked_reasons
@@ -32,8 +33,10 @@ __all__ = [
     "CommandError", "BrokerUnavailable", "BadUsage", "EX_UNAVAILABLE", "EX_USAGE",
     "open_connection", "check_broker_url", "connected", "emit", "configure_logging",
     "declare", "status_report", "status_lines", "status", "replay", "move", "relay",
-    "parked_option", "json_option", "limit_option", "match_option", "prefetch_option", "report_every_option",
-    "allow_exchange_option", "allowed_or_none",
+    "parked_option", "due_option", "json_option", "limit_option", "match_option", "prefetch_option",
+    "report_every_option", "shared_option",
+    "allow_exchange_option", "allowed_or_none", "metrics_server", "metrics_port_option", "metrics_address_option",
+    "metrics_interval_option",
 ]
 
 #: Exit status when the broker cannot be reached (sysexits' EX_UNAVAILABLE, as Celery's commands use).
@@ -166,16 +169,22 @@ def declare(connection: Connection) -> None:
         emit(name)
 
 
-def status_report(connection: Connection, *, parked: int = 100) -> dict[str, Any]:
-    """Return the ladder's queues and, when messages are parked, the reasons of the first ``parked``."""
+def status_report(connection: Connection, *, parked: int = 100, due: bool = False) -> dict[str, Any]:
+    """Return the ladder's queues and, when messages are parked, the reasons of the first ``parked``.
+
+    With ``due``, also bounds on how many messages fall due within a minute, an hour and a day.
+    """
     depths = queue_depths(connection)
     waiting = next((row.messages for row in depths if row.queue == PARKING), None) or 0
     reasons = parked_reasons(connection, limit=parked) if waiting and parked else []
-    return {
+    report: dict[str, Any] = {
         "queues": [row._asdict() for row in depths],
         "parked_reasons": [{"reason": reason, "count": count} for reason, count in reasons],
         "parked_looked_at": min(waiting, parked),
     }
+    if due:
+        report["due"] = [b.__dict__ for b in due_bounds({row.queue: row.messages for row in depths})]
+    return report
 
 
 def status_lines(report: dict[str, Any]) -> list[str]:
@@ -187,12 +196,14 @@ def status_lines(report: dict[str, Any]) -> list[str]:
     if report["parked_reasons"]:
         lines += ["", I_PARKED_TITLE.format(report["parked_looked_at"])]
         lines += [f"{r['count']:>7}  {r['reason']}" for r in report["parked_reasons"]]
+    if "due" in report:
+        lines += ["", *due_lines([DueBound(**b) for b in report["due"]])]
     return lines
 
 
-def status(connection: Connection, *, parked: int = 100, as_json: bool = False) -> None:
+def status(connection: Connection, *, parked: int = 100, as_json: bool = False, due: bool = False) -> None:
     """Print each queue's depth and consumers and the tally of parked reasons (or one JSON document)."""
-    report = status_report(connection, parked=parked)
+    report = status_report(connection, parked=parked, due=due)
     if as_json:
         emit(json.dumps(report, indent=2, sort_keys=True))
         return
@@ -217,10 +228,40 @@ def move(connection: Connection, to: str, *, limit: Optional[int] = None, keep_p
 
 
 def relay(connection: Connection, *, prefetch: int = PREFETCH, report_every: Optional[float] = 30.0,
-          allowed_exchanges: Optional[Iterable[str]] = None) -> None:
-    """Run a relay on ``connection`` until SIGTERM or SIGINT (it logs its counters as it stops)."""
+          allowed_exchanges: Optional[Iterable[str]] = None, metrics_port: Optional[int] = None,
+          metrics_address: str = "127.0.0.1", metrics_interval: float = 15.0) -> None:
+    """Run a relay on ``connection`` until SIGTERM or SIGINT (it logs its counters as it stops).
+
+    With ``metrics_port``, it serves Prometheus metrics on ``metrics_address:metrics_port``
+    from before it starts consuming until it stops.
+    """
     allowed = list(allowed_exchanges) if allowed_exchanges is not None else None
-    Relay(connection, prefetch=prefetch, allowed_exchanges=allowed, report_every=report_every).run_until_signalled()
+    runner = Relay(connection, prefetch=prefetch, allowed_exchanges=allowed, report_every=report_every)
+    server = None
+    if metrics_port is not None:
+        declare_topology(connection)  # so the first sample, before the relay consumes, finds every queue
+        server = metrics_server()(runner.counters, connection, port=metrics_port, address=metrics_address,
+                                  interval=metrics_interval).start()
+    try:
+        runner.run_until_signalled()
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def metrics_server() -> Any:
+    """Return :class:`kombu_ladder.metrics.MetricsServer`.
+
+    Raises:
+        CommandError: prometheus-client is not installed (one line saying what to install).
+    """
+    try:
+        from .metrics import MetricsServer
+    except ModuleNotFoundError as exc:
+        if exc.name != "prometheus_client":
+            raise
+        raise CommandError(str(exc)) from None
+    return MetricsServer
 
 
 # -- options shared by both command lines ----------------------------------------
@@ -235,10 +276,16 @@ def _option(*names: str, **fixed: Any) -> Callable[..., Decorator]:
     return factory
 
 
+#: Make an option both command lines share: ``shared_option("--x", ...)(cls=CeleryOption, ...)``.
+shared_option = _option
+
 #: ``status --parked N``.
 parked_option = _option(
     "--parked", type=click.IntRange(min=0), default=100, show_default=True, metavar="N",
     help="Tally the parked reasons of the first N parked messages (0: none); they are only looked at.")
+#: ``status --due``.
+due_option = _option("--due", is_flag=True, help="Also bound how many messages fall due within a minute, an "
+                                                  "hour and a day, from the rung depths.")
 #: ``status --json``.
 json_option = _option("--json", "as_json", is_flag=True, help="Print one JSON document instead of tables.")
 #: ``replay/move --limit N``.
@@ -257,6 +304,19 @@ report_every_option = _option("--report-every", type=click.FloatRange(min=0, min
 allow_exchange_option = _option(
     "--allow-exchange", "allowed_exchanges", multiple=True, metavar="NAME",
     help="Deliver only to this target exchange; others are parked (repeatable; '' is the default exchange).")
+
+
+#: ``relay --metrics-port PORT``.
+metrics_port_option = _option(
+    "--metrics-port", type=click.IntRange(min=0, max=65535), default=None, metavar="PORT",
+    help="Serve Prometheus metrics on this port at /metrics (needs the prometheus extra; 0: any free port).")
+#: ``relay --metrics-address ADDRESS``.
+metrics_address_option = _option("--metrics-address", default="127.0.0.1", show_default=True, metavar="ADDRESS",
+                                 help="The address --metrics-port listens on (0.0.0.0: every interface).")
+#: ``relay --metrics-interval SECONDS``.
+metrics_interval_option = _option(
+    "--metrics-interval", type=click.FloatRange(min=0, min_open=True), default=15.0, show_default=True,
+    metavar="SECONDS", help="Sample the ladder's queue depths this often for the metrics (never per scrape).")
 
 
 def allowed_or_none(names: Sequence[str]) -> Optional[list[str]]:

@@ -10,7 +10,7 @@ from urllib.parse import quote
 
 import pytest
 
-__all__ = ["fresh_vhost", "list_queues", "list_bindings", "list_exchanges", "list_consumers", "vhost_url"]
+__all__ = ["fresh_vhost", "list_queues", "list_bindings", "list_exchanges", "list_consumers", "vhost_url", "drain"]
 
 
 def _ctl(*args: str) -> str:
@@ -79,3 +79,15 @@ def queue_depth(conn: Any, queue: str) -> int:
         return int(channel.queue_declare(queue, passive=True)[1])
     finally:
         channel.close()
+
+
+def drain(conn: Any, queue: str) -> list[Any]:
+    """Take every message of ``queue`` (destructively), head first; return them (py-amqp messages)."""
+    channel = conn.channel()
+    messages = []
+    try:
+        while (message := channel.basic_get(queue, no_ack=True)) is not None:
+            messages.append(message)
+    finally:
+        channel.close()
+    return messages

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Optional
+
+from ..observe import REASONS, Lateness, reason_code
 
 __all__ = ["AllowList", "Counters"]
 
@@ -49,6 +51,24 @@ class Counters:
     #: ``reject-publish``); each is retried or parked. Through an exchange with several
     #: queues, the others may have taken their copy.
     refused: int = 0
+    #: ``parked`` by reason code (:data:`kombu_ladder.observe.REASONS`).
+    parked_reasons: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REASONS, 0))
+    #: Lateness of the confirmed deliveries (delivery time minus due time).
+    lateness: Lateness = field(default_factory=Lateness)
+
+    def count_delivered(self, lateness: Optional[float]) -> None:
+        """Count one confirmed delivery, ``lateness`` seconds after its due time (None: unknown)."""
+        self.delivered += 1
+        if lateness is not None:
+            self.lateness.observe(lateness)
+
+    def count_parked(self, reason: str) -> None:
+        """Count one confirmed parking, under its reason's code (a malformed one under ``malformed`` too)."""
+        code = reason_code(reason)
+        self.parked += 1
+        self.parked_reasons[code] += 1
+        if code == "malformed":
+            self.malformed += 1
 
     def as_dict(self) -> dict[str, int]:
         """Return the counters as a plain dict."""

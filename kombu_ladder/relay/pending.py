@@ -30,8 +30,8 @@ class Job:
     publish: Optional["Publish"] = None
     #: Its publish was confirmed: it may be acked.
     done: bool = False
-    #: It is parked because its envelope is malformed (counted under ``malformed`` too).
-    malformed: bool = False
+    #: Why it is parked (its ``x-ladder-parked-reason``); counted by reason once confirmed.
+    park_reason: str = ""
     #: Failed attempts of its current publish (nacked parks or hops), for the back-off.
     attempts: int = 0
 

@@ -13,6 +13,7 @@ from amqp.exceptions import ConnectionError as AMQPConnectionError
 
 from .. import wire
 from ..contract import EXCHANGE, PARKING, rung_name
+from ..observe import lateness_seconds
 from ..plan import choose_rung
 from ..text import escape, quote
 from . import link, outgoing
@@ -139,7 +140,7 @@ class Settlement:
         """Park ``job``'s message with ``reason``: its properties as they are, or as raw bytes when no
         client could read them."""
         reason = escape(reason, limit=MAX_REASON)
-        job.malformed = reason.startswith("malformed")
+        job.park_reason = reason
         at = int(self.clock() * 1000)
         park_id = f"{self._park_prefix}.{next(self._park_ids)}"
         raw = None
@@ -181,10 +182,9 @@ class Settlement:
         job.done = True
         counters = self.counters
         if publish.kind == "deliver":
-            counters.delivered += 1
+            counters.count_delivered(lateness_seconds(job.headers, self.clock()))
         elif publish.kind == "park":
-            counters.parked += 1
-            counters.malformed += job.malformed
+            counters.count_parked(job.park_reason)
         else:
             counters.hops += 1
 

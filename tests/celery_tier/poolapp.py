@@ -20,6 +20,8 @@ def make_app(broker_url: str) -> Celery:
     app = Celery("poolapp", broker=broker_url, backend="rpc://", set_as_current=False)
     app.conf.update(broker_connection_retry_on_startup=True, worker_hijack_root_logger=False,
                     worker_prefetch_multiplier=1)
+    if os.environ.get("LADDER_POOL_METRICS_PORT"):  # the workers' relay serves /metrics there
+        app.conf.ladder_metrics_port = os.environ["LADDER_POOL_METRICS_PORT"]
     if os.environ.get("LADDER_POOL_ALLOWED"):  # a JSON list: the relay's target allow-list
         app.conf.ladder_allowed_exchanges = json.loads(os.environ["LADDER_POOL_ALLOWED"])
 

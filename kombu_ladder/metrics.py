@@ -1,0 +1,180 @@
+"""Prometheus metrics of a relay, read from its :class:`~kombu_ladder.relay.Counters` (needs the prometheus extra)."""
+
+from __future__ import annotations
+
+import logging
+from importlib.util import find_spec
+from typing import Any, Callable, Iterator, Optional
+
+from .errors import LadderError
+from .observe import LATENESS_BUCKETS, REASONS
+
+E_NO_PROMETHEUS = 'the ladder\'s metrics need prometheus-client: pip install "kombu-ladder[prometheus]"'
+
+if find_spec("prometheus_client") is None:  # say what to install, in one line
+    raise ModuleNotFoundError(E_NO_PROMETHEUS, name="prometheus_client")
+
+from prometheus_client import start_http_server  # noqa: E402 - after the check above
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily  # noqa: E402
+from prometheus_client.registry import Collector, CollectorRegistry  # noqa: E402
+from prometheus_client.utils import floatToGoString  # noqa: E402
+
+from .relay.counters import Counters  # noqa: E402
+from .sampler import DEFAULT_INTERVAL, QueueSampler  # noqa: E402
+
+__all__ = ["LadderCollector", "MetricsServer", "MetricsError", "METRIC_NAMES", "DEFAULT_ADDRESS", "E_NO_PROMETHEUS"]
+
+logger = logging.getLogger(__name__)
+
+I_SERVING = "serving the ladder's metrics on http://%s:%d/metrics"
+E_BIND = "cannot serve the ladder's metrics on {address}:{port}: {reason}"
+
+#: Where ``/metrics`` listens unless told otherwise: this host only.
+DEFAULT_ADDRESS = "127.0.0.1"
+
+#: Help text of each counter of :class:`~kombu_ladder.relay.Counters`, exported as ``ladder_<name>_total``.
+COUNTER_HELP = {
+    "received": "Expired messages the relay took from acemq.schedule.due.",
+    "delivered": "Messages delivered to their target, confirmed by the broker.",
+    "hops": "Times the relay put a message back into a rung, confirmed by the broker.",
+    "malformed": "Messages without valid x-schedule-* headers (parked, also counted in ladder_parked_total).",
+    "parked": "Messages parked in acemq.schedule.parked, by reason (confirmed by the broker).",
+    "refused": "Deliveries the broker refused (nack); each is retried or parked.",
+    "cancelled": "Messages cancelled before their delivery.",
+    "scheduled": "Messages this process put into the ladder.",
+}
+
+#: Every metric family this module exports (a dashboard may query these, with the suffixes below).
+METRIC_NAMES: tuple[str, ...] = (
+    *(f"ladder_{name}_total" for name in ("received", "delivered", "hops", "malformed", "parked")),
+    "ladder_delivery_lateness_seconds",
+    "ladder_queue_messages",
+    "ladder_queue_consumers",
+    "ladder_queue_sampled_timestamp_seconds",
+    "ladder_queue_sample_errors_total",
+)
+
+
+class MetricsError(LadderError):
+    """The metrics cannot be served (the port is taken, the address is not this host's)."""
+
+
+class LadderCollector(Collector):
+    """Yields the ladder's metrics from a relay's counters and a queue sampler, at each scrape.
+
+    Nothing is copied: a scrape reads the same :class:`~kombu_ladder.relay.Counters`
+    that ``inspect ladder`` and the relay's log line read, and the sampler's last
+    sample (a scrape never asks the broker).
+
+    Arguments:
+        counters: the relay's counters.
+        sampler: the queue sampler, if queue depths are exported.
+        extra: more counters of this process, ``{name: value}``, exported as ``ladder_<name>_total``.
+    """
+
+    def __init__(self, counters: Counters, sampler: Optional[QueueSampler] = None, *,
+                 extra: Optional[Callable[[], dict[str, int]]] = None) -> None:
+        self.counters = counters
+        self.sampler = sampler
+        self.extra = extra
+
+    def collect(self) -> Iterator[Any]:
+        counters = self.counters
+        values = {**counters.as_dict(), **(self.extra() if self.extra is not None else {})}
+        for name, value in values.items():
+            if name == "parked":
+                continue
+            yield CounterMetricFamily(f"ladder_{name}", COUNTER_HELP.get(name, f"The relay's {name} counter."),
+                                      value=value)
+        parked = CounterMetricFamily("ladder_parked", COUNTER_HELP["parked"], labels=["reason"])
+        for reason in REASONS:
+            parked.add_metric([reason], counters.parked_reasons.get(reason, 0))
+        yield parked
+        yield self._lateness()
+        if self.sampler is not None:
+            yield from self._queues(self.sampler)
+
+    def _lateness(self) -> HistogramMetricFamily:
+        cumulative, _ = self.counters.lateness.snapshot()
+        bounds = [floatToGoString(b) for b in LATENESS_BUCKETS] + ["+Inf"]
+        # Negative bounds: no _sum (nor _count) is exported, as OpenMetrics requires, since a sum of
+        # negative observations is no counter. The +Inf bucket is the count.
+        return HistogramMetricFamily(
+            "ladder_delivery_lateness_seconds",
+            "Delivery time minus due time of the relay's deliveries (negative: early), in seconds.",
+            buckets=list(zip(bounds, cumulative)), sum_value=None)
+
+    def _queues(self, sampler: QueueSampler) -> Iterator[Any]:
+        messages = GaugeMetricFamily("ladder_queue_messages", "Messages ready in each ladder queue (sampled).",
+                                     labels=["queue"])
+        consumers = GaugeMetricFamily("ladder_queue_consumers", "Consumers of each ladder queue (sampled).",
+                                      labels=["queue"])
+        for row in sampler.depths:
+            if row.messages is not None:  # a missing queue has no depth
+                messages.add_metric([row.queue], row.messages)
+                consumers.add_metric([row.queue], row.consumers or 0)
+        yield messages
+        yield consumers
+        stamp = GaugeMetricFamily("ladder_queue_sampled_timestamp_seconds",
+                                  "When the queue gauges were last sampled (epoch seconds).")
+        if sampler.sampled_at is not None:
+            stamp.add_metric([], sampler.sampled_at)
+        yield stamp
+        yield CounterMetricFamily("ladder_queue_sample_errors", "Queue-depth samples that failed.",
+                                  value=sampler.errors)
+
+
+class MetricsServer:
+    """Serves ``/metrics`` over HTTP from a thread, for one relay's counters.
+
+    Arguments:
+        counters: the relay's counters.
+        connection: a :class:`kombu.Connection` whose clone samples the queue depths
+            every ``interval`` seconds; None exports no queue gauges.
+        port: the TCP port (0: any free port; :attr:`port` tells which).
+        address: the address to listen on.
+        interval: seconds between two queue-depth samples.
+        extra: more counters of this process (see :class:`LadderCollector`).
+    """
+
+    def __init__(self, counters: Counters, connection: Any = None, *, port: int, address: str = DEFAULT_ADDRESS,
+                 interval: float = DEFAULT_INTERVAL, extra: Optional[Callable[[], dict[str, int]]] = None) -> None:
+        self.address = address
+        self.port = port
+        self.sampler = QueueSampler(connection.clone(), interval=interval) if connection is not None else None
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry.register(LadderCollector(counters, self.sampler, extra=extra))
+        self._httpd: Any = None
+
+    def start(self) -> "MetricsServer":
+        """Take the first queue sample, then listen: every answered scrape has every metric.
+
+        Raises:
+            MetricsError: the address or port cannot be bound.
+        """
+        if self.sampler is not None:
+            self.sampler.start()
+        try:
+            self._httpd, _ = start_http_server(self.port, addr=self.address, registry=self.registry)
+        except OSError as exc:
+            if self.sampler is not None:
+                self.sampler.stop()
+            raise MetricsError(E_BIND.format(address=self.address, port=self.port, reason=exc)) from None
+        self.port = int(self._httpd.server_port)
+        logger.info(I_SERVING, self.address, self.port)
+        return self
+
+    @property
+    def url(self) -> str:
+        """The URL of ``/metrics``."""
+        host = f"[{self.address}]" if ":" in self.address else self.address
+        return f"http://{host}:{self.port}/metrics"
+
+    def stop(self) -> None:
+        """Stop serving and sampling."""
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+        if self.sampler is not None:
+            self.sampler.stop()

@@ -1,0 +1,193 @@
+"""check, find and status --due: health in one line, a waiting message found with its queue left as it was."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from typing import Any, Iterator
+
+import pytest
+from conftest import wait_for
+from kombu import Connection
+from rabbit_helpers import drain, fresh_vhost, list_queues, vhost_url  # noqa: F401 - fresh_vhost is a fixture
+
+from kombu_ladder import LadderProducer, declare
+from kombu_ladder.contract import CONTROL, PARKING, rung_name, rung_names
+from kombu_ladder.depths import QueueDepth
+from kombu_ladder.due import due_bounds, due_window
+from kombu_ladder.health import queue_findings
+from kombu_ladder.peek import find, peek
+from kombu_ladder.relay import Relay
+
+
+def run(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kombu_ladder", "--broker", url, *args], capture_output=True,
+                          text=True, timeout=120)
+
+
+# -- pure ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("queue,window", [
+    ("acemq.schedule.1s", 10), ("acemq.schedule.10s", 60), ("acemq.schedule.1m", 600),
+    ("acemq.schedule.10m", 3600), ("acemq.schedule.1h", None), (CONTROL, None),
+])
+def test_a_rungs_messages_fall_due_before_the_next_longer_rungs_ttl(queue: str, window: Any) -> None:
+    assert due_window(queue) == window
+
+
+def test_due_bounds_from_depths() -> None:
+    depths = {"acemq.schedule.1h": 1204, "acemq.schedule.10m": 87, "acemq.schedule.1m": 12,
+              "acemq.schedule.10s": 3, "acemq.schedule.1s": 1, CONTROL: 2}
+    rows = [(b.label, b.at_least, b.at_most) for b in due_bounds(depths)]
+    assert rows == [("1 minute", 4, 1309), ("1 hour", 103, 1309), ("1 day", 103, 1309),
+                    ("more than 1 day", 0, 1206)]
+    assert [(b.at_least, b.at_most) for b in due_bounds({})] == [(0, 0)] * 4
+
+
+def rows(control: tuple[int, int], parked: int = 0) -> list[QueueDepth]:
+    return [QueueDepth(CONTROL, *control), QueueDepth(PARKING, parked, 0)]
+
+
+@pytest.mark.parametrize("depths,options,failed", [
+    (rows((0, 1)), {}, []),
+    (rows((0, 0)), {}, ["no relay consumes acemq.schedule.due"]),
+    (rows((0, 1)), {"min_relays": 2}, ["1 relay(s) consume acemq.schedule.due, fewer than 2"]),
+    (rows((0, 0)), {"min_relays": 0}, []),
+    (rows((999, 3)), {}, []),
+    (rows((1000, 3)), {}, ["1000 message(s) wait in acemq.schedule.due, not under 1000: the relays do not keep up"]),
+    (rows((5, 3)), {"max_backlog": 5}, ["5 message(s) wait in acemq.schedule.due, not under 5: the relays do not "
+                                        "keep up"]),
+    (rows((0, 1), parked=4), {"max_parked": 3}, ["4 message(s) are parked in acemq.schedule.parked, more than 3"]),
+    (rows((0, 1), parked=3), {"max_parked": 3}, []),
+    (rows((0, 1), parked=4), {}, []),  # parked is only checked when asked
+])
+def test_queue_findings(depths: list[QueueDepth], options: dict[str, int], failed: list[str]) -> None:
+    assert [f.detail for f in queue_findings(depths, **options) if not f.ok] == failed
+
+
+# -- check ---------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def relay_in(request: pytest.FixtureRequest) -> Iterator[Any]:
+    started: list[tuple[Relay, threading.Thread, Connection]] = []
+
+    def start(url: str) -> Relay:
+        conn = Connection(url)
+        relay = Relay(conn)
+        thread = threading.Thread(target=relay.run, daemon=True)
+        thread.start()
+        assert relay.ready.wait(30), "the relay did not start consuming"
+        started.append((relay, thread, conn))
+        return relay
+
+    yield start
+    for relay, thread, conn in started:
+        relay.stop()
+        thread.join(30)
+        conn.release()
+
+
+@pytest.mark.broker
+def test_check_fails_without_a_relay_and_passes_with_one(fresh_vhost: str, relay_in: Any) -> None:  # noqa: F811
+    url = vhost_url(fresh_vhost)
+    undeclared = run(url, "check")
+    assert (undeclared.returncode, undeclared.stdout) == (1, "")
+    assert undeclared.stderr == "Error: ladder unhealthy: the ladder is not declared (run 'kombu-ladder declare')\n"
+    assert list_queues(fresh_vhost) == {}, "check creates nothing"
+    with Connection(url) as conn:
+        declare(conn)
+    no_relay = run(url, "check")
+    assert (no_relay.returncode, no_relay.stderr) == (1, "Error: ladder unhealthy: no relay consumes "
+                                                         "acemq.schedule.due\n")
+    relay_in(url)
+    ok = run(url, "check")
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout == "ok: topology as the contract says; 1 relay(s) consuming; backlog 0 (under 1000)\n"
+    report = json.loads(run(url, "check", "--json").stdout)
+    assert report["ok"] is True and [c["check"] for c in report["checks"]] == ["topology", "relays", "backlog"]
+
+
+@pytest.mark.broker
+def test_check_names_a_queue_declared_against_the_contract_and_changes_nothing(fresh_vhost: str) -> None:  # noqa: F811
+    url = vhost_url(fresh_vhost)
+    with Connection(url) as conn:
+        declare(conn)
+        channel = conn.channel()
+        channel.queue_delete(rung_name(1))
+        channel.queue_declare(rung_name(1), durable=True, auto_delete=False, arguments={"x-message-ttl": 2000})
+        channel.queue_delete(PARKING)
+        channel.close()
+    done = run(url, "check", "--json")
+    assert done.returncode == 1
+    report = json.loads(done.stdout)
+    assert report["ok"] is False
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("Error: ladder unhealthy: acemq.schedule.parked missing (run 'kombu-ladder declare'); "
+                           "acemq.schedule.1s exists with settings other than the contract's: PRECONDITION_FAILED - "
+                           "inequivalent arg 'x-message-ttl'"), line
+    assert line.endswith("; no relay consumes acemq.schedule.due"), line
+    queues = list_queues(fresh_vhost)
+    assert queues[rung_name(1)]["arguments"] == {"x-message-ttl": 2000} and PARKING not in queues
+
+
+@pytest.mark.broker
+def test_celery_ladder_check_uses_the_apps_broker(fresh_vhost: str) -> None:  # noqa: F811
+    from test_cli import celery_ladder
+
+    url = vhost_url(fresh_vhost)
+    with Connection(url) as conn:
+        declare(conn)
+    done = celery_ladder(url, "check")
+    assert (done.returncode, done.stderr) == (1, "Error: ladder unhealthy: no relay consumes acemq.schedule.due\n")
+    assert celery_ladder(url, "check", "--min-relays", "0").returncode == 0
+
+
+# -- find ----------------------------------------------------------------------------------------------
+
+def drain_ids(conn: Connection, queue: str) -> list[str]:
+    return [message.properties["message_id"] for message in drain(conn, queue)]
+
+
+@pytest.mark.broker
+def test_find_shows_the_rung_and_due_time_and_leaves_the_queue_as_it_was(fresh_vhost: str) -> None:  # noqa: F811
+    url = vhost_url(fresh_vhost)
+    rung = rung_name(600)
+    with Connection(url) as conn:
+        producer = LadderProducer(conn.default_channel)
+        published = [f"m-{i}" for i in range(2000)]
+        for ident in published:  # 40 min ahead: the 10m rung
+            producer.publish(b"w", exchange="billing", routing_key="invoice.due", countdown=2400, message_id=ident)
+        wait_for(lambda: peek(conn, rung, lambda p, m: False, limit=1)[1] == 2000, 30, message="2000 in the rung")
+        done = run(url, "find", "m-1500")
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.splitlines()
+        assert lines[0] == f"{rung}: message 1501 of 2000"
+        assert lines[1].startswith("due     ") and ", in 23" in lines[1]
+        assert lines[2] == "target  exchange 'billing', routing key 'invoice.due'"
+        assert lines[3].startswith("looked at 1501 message(s) in ")  # the 1h rung is empty; it stops at the match
+        result = find(conn, "m-7", first=False)
+        assert [(s.queue, s.position) for s in result.found] == [(rung, 8)] and not result.truncated
+        missing = run(url, "find", "nope", "--limit", "10")
+        assert missing.returncode == 1
+        assert missing.stderr == ("Error: no waiting message has the id 'nope': looked at 10 message(s) in the rungs "
+                                  "and acemq.schedule.parked (stopped at --limit 10); it may be delivered already, "
+                                  "or on its way between two queues\n")
+        assert drain_ids(conn, rung) == published, "every message is back, in its order"
+
+
+@pytest.mark.broker
+def test_status_due_bounds_what_falls_due(fresh_vhost: str) -> None:  # noqa: F811
+    url = vhost_url(fresh_vhost)
+    with Connection(url) as conn:
+        producer = LadderProducer(conn.default_channel)
+        for countdown in (30, 30, 300, 2 * 86400):  # the 10s rung twice, the 1m rung, the 1h rung
+            producer.publish(b"w", exchange="", routing_key="q", countdown=countdown)
+    done = run(url, "status", "--due", "--json")
+    assert done.returncode == 0, done.stderr
+    due = {row["label"]: (row["at_least"], row["at_most"]) for row in json.loads(done.stdout)["due"]}
+    assert due == {"1 minute": (2, 4), "1 hour": (3, 4), "1 day": (3, 4), "more than 1 day": (0, 1)}
+    table = run(url, "status", "--due").stdout
+    assert "falls due within    at least   at most\n1 minute                   2         4\n" in table
+    assert set(rung_names()) <= {row.split()[0] for row in table.splitlines() if row.startswith("acemq")}
