@@ -14,6 +14,7 @@ from kombu.compression import compress
 
 from ..contract import CONTROL, EXCHANGE, PARKED_AT, PARKED_REASON, PARKING, PREFETCH, RUNGS, rung_name
 from ..envelope import Deliver, Hop, Park, decide, scheduled_headers, scheduled_properties, strip_death
+from ..plan import MAX_DELAY, check_max_delay
 from .counters import AllowList, Counters
 from .pending import Entry, Pending
 
@@ -59,7 +60,10 @@ class RelayCore:
         allowed_exchanges: Optional[Iterable[str]] = None,
         counters: Optional[Counters] = None,
         exchange_check: Optional[Callable[[str], Optional[str]]] = None,
+        max_delay: float = MAX_DELAY,
     ) -> None:
+        #: A due time further ahead than this (ms) is parked as malformed: a unit mistake.
+        self.max_delay_ms = round(check_max_delay(max_delay) * 1000)
         if not isinstance(prefetch, int) or isinstance(prefetch, bool) or prefetch < 1:
             raise ValueError(f"prefetch must be a positive integer, not {prefetch!r}")
         self.clock = clock
@@ -104,7 +108,8 @@ class RelayCore:
         self.counters.received += 1
         headers = message.headers
         properties = properties_of(message)
-        decision = decide(headers, properties, int(self.clock() * 1000), allow_exchange=self.allow)
+        decision = decide(headers, properties, int(self.clock() * 1000), allow_exchange=self.allow,
+                          max_delay_ms=self.max_delay_ms)
         if isinstance(decision, Deliver) and decision.exchange and self.exchange_check is not None:
             # A publish to a missing exchange is not returned: it kills the channel (404), and the
             # expired message would come back and kill it again, forever.
