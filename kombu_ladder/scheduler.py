@@ -121,7 +121,8 @@ class Scheduler:
             ValueError: ``delay`` is NaN, infinite or over ``max_delay`` (:data:`~kombu_ladder.plan.MAX_DELAY`),
                 or ``routing_key`` is empty for the default exchange.
         """
-        delay_seconds(delay, argument="delay", max_delay=self.max_delay)  # None would otherwise mean "no delay" to the producer
+        # Checked here: None would otherwise mean "no delay" to the producer.
+        delay_seconds(delay, argument="delay", max_delay=self.max_delay)
         self._publish(payload, routing_key, exchange, countdown=delay, **kwargs)
 
     def at(self, when: datetime, payload: Any, *, routing_key: str, exchange: str = "", **kwargs: Any) -> None:
