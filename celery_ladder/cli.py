@@ -103,7 +103,8 @@ def relay(ctx: click.Context, prefetch: int, report_every: float, **kwargs: Any)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with ctx.obj.app.connection_for_write() as conn:
-        allowed = LadderSettings.from_conf(ctx.obj.app.conf).allowed_exchanges
-        runner = Relay(conn, prefetch=prefetch, report_every=report_every, allowed_exchanges=allowed)
+        settings = LadderSettings.from_conf(ctx.obj.app.conf)
+        runner = Relay(conn, prefetch=prefetch, report_every=report_every,
+                       allowed_exchanges=settings.allowed_exchanges, max_delay=settings.max_delay)
         runner.run_until_signalled()
         ctx.obj.echo(f"relay stopped: {runner.counters.as_dict()}")

@@ -15,7 +15,7 @@ from kombu.pools import ProducerPool
 
 from kombu_ladder.producer import LadderProducerMixin, target_name
 
-from .settings import read_bool
+from .settings import read_bool, read_max_delay
 
 __all__ = ["LadderAMQP", "LadderTaskProducer", "NATIVE_DELAYED_PREFIX", "scheduled_count", "task_eta"]
 
@@ -78,6 +78,11 @@ class LadderTaskProducer(LadderProducerMixin, Producer):
 
     #: The Celery app whose settings and timezone apply; set on a per-app subclass.
     app: Any = None
+
+    @property
+    def max_delay(self) -> float:  # type: ignore[override]  # a setting here, an attribute in kombu_ladder
+        """The app's ``ladder_max_delay`` (seconds), read when an ETA task is published."""
+        return read_max_delay(self.app.conf) if self.app is not None else super().max_delay
 
     def publish(  # type: ignore[override]
         self, body: Any, routing_key: Optional[str] = None, *args: Any, **kwargs: Any,

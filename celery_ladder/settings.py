@@ -5,7 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
-__all__ = ["LadderSettings", "SETTINGS", "ALLOWED_EXCHANGES", "as_bool", "as_exchanges", "read_bool"]
+from kombu_ladder.plan import MAX_DELAY, check_max_delay
+
+__all__ = [
+    "LadderSettings", "SETTINGS", "ALLOWED_EXCHANGES", "MAX_DELAY_SETTING",
+    "as_bool", "as_exchanges", "as_max_delay", "read_bool", "read_max_delay",
+]
 
 #: Each setting's app.conf name -> (default, its Django settings.py name).
 SETTINGS: dict[str, tuple[bool, str]] = {
@@ -15,6 +20,9 @@ SETTINGS: dict[str, tuple[bool, str]] = {
 
 #: The relay's target-exchange allow-list: its app.conf name and its Django settings.py name.
 ALLOWED_EXCHANGES = ("ladder_allowed_exchanges", "CELERY_LADDER_ALLOWED_EXCHANGES")
+
+#: The longest countdown/ETA accepted, in seconds: its app.conf name and its Django settings.py name.
+MAX_DELAY_SETTING = ("ladder_max_delay", "CELERY_LADDER_MAX_DELAY")
 
 #: Strings accepted for a boolean setting (environment variables and .env files give strings).
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -73,6 +81,32 @@ def as_exchanges(value: Any) -> Optional[frozenset[str]]:
     )
 
 
+def as_max_delay(value: Any) -> float:
+    """Read ``ladder_max_delay``: seconds (a number, a numeric string or a timedelta) above zero.
+
+    ``None`` is the default, :data:`kombu_ladder.plan.MAX_DELAY` (ten years).
+
+    Raises:
+        ValueError: not a positive finite number of seconds, naming the setting.
+        TypeError: not a number, string or timedelta, naming the setting.
+    """
+    if value is None:
+        return float(MAX_DELAY)
+    name, django = MAX_DELAY_SETTING
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            raise ValueError(f"setting {name} ({django} in Django settings) must be a number of seconds, "
+                             f"not {value!r}") from None
+    return check_max_delay(value, argument=f"setting {name} ({django} in Django settings)")
+
+
+def read_max_delay(conf: Mapping[str, Any]) -> float:
+    """Read ``ladder_max_delay`` from ``app.conf`` (see :func:`as_max_delay`)."""
+    return as_max_delay(conf.get(MAX_DELAY_SETTING[0]))
+
+
 @dataclass(frozen=True)
 class LadderSettings:
     """The ladder's settings for one Celery app."""
@@ -83,17 +117,22 @@ class LadderSettings:
     relay: bool = True
     #: Target exchanges the workers' relay may deliver to; ``None`` (the default) allows every one.
     allowed_exchanges: Optional[frozenset[str]] = None
+    #: The longest countdown/ETA accepted, in seconds; the relay parks a due time further ahead.
+    max_delay: float = float(MAX_DELAY)
 
     @classmethod
     def from_conf(cls, conf: Mapping[str, Any]) -> "LadderSettings":
-        """Read ``ladder_enabled``, ``ladder_relay`` and ``ladder_allowed_exchanges`` from ``app.conf``.
+        """Read every ``ladder_*`` setting from ``app.conf``.
 
-        A setting that is absent or ``None`` takes its default (True).
+        A setting that is absent or ``None`` takes its default.
 
         Raises:
-            ValueError: a boolean setting has a value that is not a boolean.
-            TypeError: ``ladder_allowed_exchanges`` is not None or a list of names.
+            ValueError: a boolean setting has a value that is not a boolean, or
+                ``ladder_max_delay`` is not a positive number of seconds.
+            TypeError: ``ladder_allowed_exchanges`` is not None or a list of names,
+                or ``ladder_max_delay`` is not a number.
         """
         values = {name: read_bool(conf, name) for name in SETTINGS}
         return cls(enabled=values["ladder_enabled"], relay=values["ladder_relay"],
-                   allowed_exchanges=as_exchanges(conf.get(ALLOWED_EXCHANGES[0])))
+                   allowed_exchanges=as_exchanges(conf.get(ALLOWED_EXCHANGES[0])),
+                   max_delay=read_max_delay(conf))

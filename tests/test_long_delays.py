@@ -59,3 +59,19 @@ def test_a_relay_with_a_lower_max_delay_parks_what_lies_past_it(ladder_backend: 
         [parked] = drain(conn, "acemq.schedule.parked")
         assert parked.body == b"eight days"
         assert "max_delay of 604800s" in parked.headers["x-ladder-parked-reason"]
+
+
+def test_a_celery_eta_two_years_ahead_waits_in_the_ladder(ladder_celery: Any) -> None:
+    from datetime import timedelta
+
+    from celery import shared_task
+
+    @shared_task(name="long.renew")
+    def renew(contract: int) -> int:
+        return contract
+
+    eta = ladder_celery.broker.datetime() + timedelta(days=2 * 365)
+    renew.apply_async((9,), eta=eta)  # vanilla Celery accepts it; so must the ladder
+    [waiting] = ladder_celery.broker.messages("acemq.schedule.1h")
+    assert waiting.headers["x-schedule-due-at"] == int(eta.timestamp() * 1000)
+    assert ladder_celery.delivered() == []
