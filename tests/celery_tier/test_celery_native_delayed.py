@@ -50,15 +50,8 @@ def native_setup(fresh_vhost: str, tmp_path: Path) -> Iterator[tuple[str, Any, W
     url = vhost_url(fresh_vhost)
     publisher = celery_ladder.install(make_app(url))
     worker = Worker(url, tmp_path, app="nativeapp", queue=NATIVE_QUEUE)
-
-    def ready() -> bool:
-        assert worker.proc.poll() is None, worker.output()
-        replies = publisher.control.broadcast("ladder", reply=True, timeout=1, limit=1,
-                                              destination=[worker.hostname])
-        return bool(replies) and replies[0][worker.hostname].get("relay") is True
-
     try:
-        wait_for(ready, timeout=60, interval=0.5, message="the -P ladder worker and its relay")
+        worker.wait_relaying(publisher)
         # Native delayed delivery is armed: the worker's own bootstep declared its topology.
         wait_for(lambda: "celery_delayed_27" in list_exchanges(fresh_vhost), timeout=30,
                  message="Celery's native delayed-delivery topology (celery_delayed_27)")

@@ -71,6 +71,16 @@ class Worker:
     def output(self) -> str:
         return self.log.read_text()
 
+    def wait_relaying(self, app: Any) -> None:
+        """Wait until the worker answers ``inspect ladder`` with its relay running (it died: fail)."""
+
+        def relaying() -> bool:
+            assert self.proc.poll() is None, self.output()
+            replies = app.control.broadcast("ladder", reply=True, timeout=1, limit=1, destination=[self.hostname])
+            return bool(replies) and replies[0][self.hostname].get("relay") is True
+
+        wait_for(relaying, timeout=60, interval=0.5, message="the -P ladder worker and its relay")
+
 
 @pytest.fixture(scope="module")
 def publisher(broker_url: str) -> Iterator[Any]:
@@ -86,15 +96,8 @@ def publisher(broker_url: str) -> Iterator[Any]:
 @pytest.fixture(scope="module")
 def pool_worker(broker_url: str, publisher: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
     worker = Worker(broker_url, tmp_path_factory.mktemp("pool-worker"))
-
-    def relaying() -> bool:
-        assert worker.proc.poll() is None, worker.output()
-        replies = publisher.control.broadcast("ladder", reply=True, timeout=1, limit=1,
-                                              destination=[worker.hostname])
-        return bool(replies) and replies[0][worker.hostname].get("relay") is True
-
     try:
-        wait_for(relaying, timeout=60, interval=0.5, message="the -P ladder worker and its relay")
+        worker.wait_relaying(publisher)
         yield worker
     finally:
         code = worker.stop()
