@@ -19,7 +19,11 @@ help:
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,docs,django,lint,bench]'
+	# The distribution was called 'ladder' before 0.1.0 was published: drop that install from an older .venv,
+	# and its metadata from the checkout, where 'python -m pytest' would find it and load the plugins twice.
+	$(PY) -m pip uninstall --quiet --yes ladder 2>/dev/null || true
+	rm -rf ladder.egg-info
+	$(PY) -m pip install --quiet -e '.[celery,test,docs,django,lint,bench]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -3,7 +3,7 @@
 Each stack pins a Python, Celery with its own kombu (and py-amqp for the oldest), and
 Django. Its virtualenv lives in .matrix/<stack>/ and is reused while the pins, the
 interpreter and setup.cfg are unchanged; pip's cache makes a cold build quick. Every
-stack installs ladder the way a user would, ``pip install -e .[test,django]`` beside
+stack installs ladder the way a user would, ``pip install -e .[celery,test,django]`` beside
 the pinned versions in ONE resolver call, so a range in setup.cfg that refuses a pin
 fails the stack. Then it runs the real-worker tests (tests/celery_tier and every other
 ``celery``-marked test file), the Django tests and the kombu producer tests that differ
@@ -117,7 +117,7 @@ def build(stack: Stack, python: str, venv: Path, log: Path) -> Optional[str]:
     if run([*pip, "install", "-q", "--upgrade", "pip"], log, timeout=INSTALL_TIMEOUT):
         return "pip upgrade failed"
     # One resolver call: ladder's ranges must accept every pin, unchanged.
-    if run([*pip, "install", "-q", "-e", ".[test,django]", *stack.pins], log, timeout=INSTALL_TIMEOUT):
+    if run([*pip, "install", "-q", "-e", ".[celery,test,django]", *stack.pins], log, timeout=INSTALL_TIMEOUT):
         return "pip could not install ladder beside these pins (see the log)"
     if run([*pip, "check"], log, timeout=120):
         return "pip check found broken requirements"

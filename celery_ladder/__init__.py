@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import logging
+from importlib.util import find_spec
 from typing import Any
 
-from celery.utils.imports import symbol_by_name
+if find_spec("celery") is None:  # a kombu-only install: say what to install, in one line
+    raise ModuleNotFoundError('celery_ladder needs Celery: pip install "kombu-ladder[celery]"', name="celery")
+
+from celery.utils.imports import symbol_by_name  # noqa: E402 - after the check above
 
 from .publish import LadderAMQP, LadderTaskProducer
 from .settings import LadderSettings

@@ -22,6 +22,9 @@ app = Celery(
     broker=os.environ.get("BROKER_URL", "amqp://guest:guest@localhost//"),
     backend="rpc://",
 )
+# This quickstart's own queue. A delayed task outlives the worker that sent it:
+# when it falls due it goes to whichever worker consumes its queue then.
+app.conf.task_default_queue = "quickstart-celery"
 # apply_async(countdown=/eta=) and retry(countdown=) now go via the ladder.
 celery_ladder.install(app)
 

@@ -1,6 +1,6 @@
 """Kombu quickstart: LadderProducer, a kombu.Producer with countdown= and eta=.
 
-Run it with RabbitMQ on localhost (or give a broker URL)::
+Run it with RabbitMQ on localhost (or set BROKER_URL, or pass a URL)::
 
     python examples/kombu_producer.py [amqp://guest:guest@localhost//]
 
@@ -10,6 +10,7 @@ the Celery workers); here it runs in a thread to keep the script whole.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from datetime import datetime, timedelta, timezone
@@ -18,11 +19,13 @@ from kombu import Connection, Exchange, Queue
 
 from kombu_ladder import LadderProducer, Relay
 
+BROKER_URL = os.environ.get("BROKER_URL", "amqp://guest:guest@localhost//")
+
 billing = Exchange("billing", type="direct")
 invoices = Queue("invoices", billing, routing_key="invoice.due")
 
 
-def main(broker_url: str = "amqp://guest:guest@localhost//") -> list[dict]:
+def main(broker_url: str = BROKER_URL) -> list[dict]:
     """Publish three invoices, two for later; return them in arrival order."""
     with Connection(broker_url) as conn:
         queue = conn.SimpleQueue(invoices)  # declares billing and invoices

@@ -1,12 +1,13 @@
 """Kombu quickstart: deliver messages later with the Scheduler (AceMQ API).
 
-Run it with RabbitMQ on localhost (or give a broker URL)::
+Run it with RabbitMQ on localhost (or set BROKER_URL, or pass a URL)::
 
     python examples/kombu_scheduler.py [amqp://guest:guest@localhost//]
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from datetime import datetime, timedelta, timezone
@@ -15,8 +16,10 @@ from kombu import Connection, Queue
 
 from kombu_ladder import Scheduler
 
+BROKER_URL = os.environ.get("BROKER_URL", "amqp://guest:guest@localhost//")
 
-def main(broker_url: str = "amqp://guest:guest@localhost//") -> list[str]:
+
+def main(broker_url: str = BROKER_URL) -> list[str]:
     """Schedule three reminders; return them in arrival order.
 
     Accuracy is about one second, early rather than late.

@@ -1,152 +1,160 @@
-"""``kombu-ladder declare|relay|status|replay|move``: operate the ladder from a shell."""
+"""``kombu-ladder``: operate the ladder from a shell (a click application over :mod:`kombu_ladder.commands`)."""
 
 from __future__ import annotations
 
-import argparse
-import logging
-import os
-import sys
-from typing import Any, Optional, Sequence
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Optional, Sequence
 
+import click
 from kombu import Connection
-from kombu.exceptions import OperationalError
 
-from .contract import CONTROL, PARKING, rung_names
-from .migrate import move
-from .parking import parked_reasons, replay
-from .relay import Relay
-from .topology import declare
+from . import commands
+from .brokers import DEFAULT_BROKER
 
-__all__ = ["main", "queue_depths", "DEFAULT_BROKER"]
+__all__ = ["cli", "main", "BROKER_ENV"]
 
-logger = logging.getLogger(__name__)
+#: The environment variable that names the broker when ``--broker`` is not given.
+BROKER_ENV = "KOMBU_LADDER_BROKER"
 
-#: The broker used when neither ``--broker`` nor ``$KOMBU_LADDER_BROKER`` is given.
-DEFAULT_BROKER = "amqp://guest:guest@127.0.0.1:5672//"
+#: Levels ``--log-level`` accepts.
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+E_USAGE = "{message} (see '{command} --help')"
 
 
-def queue_depths(connection: Any) -> list[tuple[str, Optional[int], Optional[int]]]:
-    """Return ``(queue, messages, consumers)`` for every rung, the control and parking queues.
+def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """Keep an option given before or after the subcommand; the one nearer the subcommand wins."""
+    if value is not None:
+        ctx.find_root().ensure_object(dict)[param.name] = value
+    return value
 
-    A queue that does not exist is reported with ``None`` counts.
+
+def _common_options(*, top: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--broker`` and ``--log-level``, accepted before the subcommand (``top``) and after it."""
+
+    def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
+        f = click.option(
+            "--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False), metavar="LEVEL",
+            default="INFO" if top else None, expose_value=False, callback=_remember,
+            help="Logging level: DEBUG, INFO, WARNING, ERROR or CRITICAL [default: INFO].",
+        )(f)
+        return click.option(
+            "--broker", metavar="URL", default=DEFAULT_BROKER if top else None, envvar=BROKER_ENV if top else None,
+            expose_value=False, callback=_remember,
+            help=f"RabbitMQ URL [default: ${BROKER_ENV}, else {DEFAULT_BROKER}].",
+        )(f)
+
+    return decorate
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@_common_options(top=True)
+def cli() -> None:
+    """Operate the ladder of delayed messages (the AceMQ TTL queues) on RabbitMQ.
+
+    \b
+    --broker and --log-level go before or after the command:
+      kombu-ladder status --broker amqp://guest:guest@localhost//
+      kombu-ladder --broker amqp://guest:guest@localhost// status
+    are the same. 'kombu-ladder COMMAND --help' shows a command's options.
     """
-    rows = []
-    for name in [*rung_names(), CONTROL, PARKING]:
-        channel = connection.channel()
-        try:
-            _, messages, consumers = channel.queue_declare(name, passive=True)
-            rows.append((name, messages, consumers))
-        except connection.channel_errors:
-            rows.append((name, None, None))
-        finally:
-            try:
-                channel.close()
-            except Exception:  # noqa: BLE001 - the broker closed it on a missing queue
-                pass
-    return rows
 
 
-def _status(connection: Any, args: argparse.Namespace) -> int:
-    print(f"{'queue':<26} {'messages':>9} {'consumers':>9}")
-    parked = 0
-    for name, messages, consumers in queue_depths(connection):
-        if messages is None:
-            print(f"{name:<26} {'missing':>9} {'-':>9}")
-        else:
-            print(f"{name:<26} {messages:>9} {consumers:>9}")
-            if name == PARKING:
-                parked = messages
-    if parked and args.parked:
-        print(f"\nwhy they are parked (the first {min(parked, args.parked)}):")
-        for reason, count in parked_reasons(connection, limit=args.parked):
-            print(f"{count:>7}  {reason}")
-    return 0
+def _options() -> dict[str, str]:
+    return click.get_current_context().find_root().ensure_object(dict)
 
 
-def _replay(connection: Any, args: argparse.Namespace) -> int:
-    declare(connection)
-    result = replay(connection, limit=args.limit, match=args.match)
-    print(f"replayed {result.replayed} parked message(s) to {CONTROL}; {result.kept} left parked")
-    return 0
+@contextmanager
+def _broker() -> Iterator[Connection]:
+    """The connected broker of ``--broker``, with logging set up from ``--log-level``."""
+    options = _options()
+    commands.configure_logging(options.get("log_level", "INFO"))
+    with commands.open_connection(options.get("broker", DEFAULT_BROKER)) as connection, \
+            commands.connected(connection):
+        yield connection
 
 
-def _move(connection: Any, args: argparse.Namespace) -> int:
-    with Connection(args.to, connect_timeout=5) as target:
-        try:
-            target.ensure_connection(max_retries=1)
-        except (OperationalError, *target.connection_errors) as exc:
-            print(f"kombu-ladder: cannot reach the target broker at {target.as_uri()}: {exc}", file=sys.stderr)
-            return 2
-        result = move(connection, target, limit=args.limit, include_parked=not args.keep_parked)
-    for name, count in result.moved.items():
-        print(f"{name:<26} {count:>9}")
-    print(f"moved {result.total} message(s)")
-    return 0
+@cli.command()
+@_common_options(top=False)
+def declare() -> None:
+    """Declare the exchange, the rungs, the control and parking queues.
+
+    Prints the contract's queue names, longest rung first. Idempotent.
+    """
+    with _broker() as connection:
+        commands.declare(connection)
 
 
-def _declare(connection: Any) -> int:
-    for name in declare(connection):
-        print(name)
-    return 0
+@cli.command()
+@commands.parked_option()
+@commands.json_option()
+@_common_options(top=False)
+def status(parked: int, as_json: bool) -> None:
+    """Show each rung's depth and consumers, the control and parking queues, and why messages are parked."""
+    with _broker() as connection:
+        commands.status(connection, parked=parked, as_json=as_json)
 
 
-def _relay(connection: Any, args: argparse.Namespace) -> int:
-    relay = Relay(
-        connection,
-        prefetch=args.prefetch,
-        allowed_exchanges=args.allow_exchange or None,
-        report_every=args.report_every,
-    )
-    relay.run_until_signalled()
-    return 0
+@cli.command()
+@commands.limit_option()
+@commands.match_option()
+@_common_options(top=False)
+def replay(limit: Optional[int], match: Optional[str]) -> None:
+    """Send parked messages back through the relay, once their route is fixed.
+
+    Each is confirmed on the control queue before it leaves the parking queue.
+    """
+    with _broker() as connection:
+        commands.replay(connection, limit=limit, match=match)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Return the argument parser of ``kombu-ladder``."""
-    parser = argparse.ArgumentParser(prog="kombu-ladder", description=__doc__)
-    parser.add_argument(
-        "--broker", default=os.environ.get("KOMBU_LADDER_BROKER", DEFAULT_BROKER),
-        help="broker URL (default: $KOMBU_LADDER_BROKER or %(default)s)",
-    )
-    parser.add_argument("--log-level", default="INFO", help="logging level (default: %(default)s)")
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("declare", help="declare the exchange, the rungs and the control queue")
-    status = sub.add_parser("status", help="show each rung's depth and consumers, and the control and parking queues")
-    status.add_argument("--parked", type=int, default=100, metavar="N",
-                        help="tally the reasons of the first N parked messages (default: %(default)s; 0: none)")
-    replay_ = sub.add_parser("replay", help="send parked messages back through the relay once their route is fixed")
-    replay_.add_argument("--limit", type=int, default=None, metavar="N", help="replay at most N messages")
-    replay_.add_argument("--match", default=None, metavar="TEXT",
-                         help="replay only messages whose x-ladder-parked-reason contains TEXT")
-    move_ = sub.add_parser("move", help="move the waiting ladder to another broker (blue-green); see the docs")
-    move_.add_argument("--to", required=True, metavar="URL", help="the broker to fill (--broker is emptied)")
-    move_.add_argument("--limit", type=int, default=None, metavar="N", help="move at most N messages per queue")
-    move_.add_argument("--keep-parked", action="store_true", help="leave acemq.schedule.parked where it is")
-    relay = sub.add_parser("relay", help="run a relay until SIGTERM or SIGINT")
-    relay.add_argument("--prefetch", type=int, default=50, help="expired messages held at once (default: 50)")
-    relay.add_argument("--report-every", type=float, default=30.0, metavar="SECONDS",
-                       help="log the counters this often (default: 30)")
-    relay.add_argument("--allow-exchange", action="append", metavar="NAME",
-                       help="only deliver to this target exchange (repeatable; '' is the default exchange)")
-    return parser
+@cli.command()
+@click.option("--to", required=True, metavar="URL", help="The broker to fill (--broker is the one emptied).")
+@commands.limit_option()
+@click.option("--keep-parked", is_flag=True, help="Leave acemq.schedule.parked where it is.")
+@_common_options(top=False)
+def move(to: str, limit: Optional[int], keep_parked: bool) -> None:
+    """Move the waiting ladder from --broker to the broker at --to (blue-green), keeping every due time."""
+    with _broker() as connection:
+        commands.move(connection, to, limit=limit, keep_parked=keep_parked)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Run the command line; return the exit status."""
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    with Connection(args.broker, connect_timeout=5) as connection:
-        try:
-            connection.ensure_connection(max_retries=1)
-        except (OperationalError, *connection.connection_errors) as exc:  # kombu wraps socket errors
-            print(f"kombu-ladder: cannot reach the broker at {connection.as_uri()}: {exc}", file=sys.stderr)
-            return 2
-        if args.command == "declare":
-            return _declare(connection)
-        if args.command == "status":
-            return _status(connection, args)
-        if args.command == "replay":
-            return _replay(connection, args)
-        if args.command == "move":
-            return _move(connection, args)
-        return _relay(connection, args)
+@cli.command()
+@commands.prefetch_option()
+@commands.report_every_option()
+@commands.allow_exchange_option()
+@_common_options(top=False)
+def relay(prefetch: int, report_every: float, allowed_exchanges: Sequence[str]) -> None:
+    """Run a relay on --broker until SIGTERM or SIGINT.
+
+    It consumes acemq.schedule.due, hops each expired message into the next
+    rung or delivers it to its target, and parks what it cannot deliver.
+    Run one or more beside your consumers when no Celery worker relays.
+    """
+    with _broker() as connection:
+        commands.relay(connection, prefetch=prefetch, report_every=report_every,
+                       allowed_exchanges=commands.allowed_or_none(allowed_exchanges))
+
+
+def main(argv: Optional[Sequence[str]] = None, *, prog_name: str = "kombu-ladder") -> int:
+    """Run ``kombu-ladder`` with ``argv`` (default: ``sys.argv[1:]``); return the exit status.
+
+    Every error is one line on stderr: ``Error: ...``.
+    """
+    try:
+        result = cli.main(args=list(argv) if argv is not None else None, prog_name=prog_name,
+                          standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError as exc:
+        click.echo(exc.ctx.get_help() if exc.ctx else str(exc), err=True)
+        return exc.exit_code
+    except click.UsageError as exc:
+        command = exc.ctx.command_path if exc.ctx else prog_name
+        click.echo("Error: " + E_USAGE.format(message=exc.format_message(), command=command), err=True)
+        return exc.exit_code
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.Abort:
+        click.echo("Aborted!", err=True)
+        return 1
+    return result if isinstance(result, int) else 0

@@ -11,6 +11,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from kombu import Connection, Consumer, Queue
 
+from .brokers import DEFAULT_BROKER
 from .contract import describe
 from .plan import hops_for
 from .scheduler import Scheduler
@@ -22,8 +23,6 @@ DELAYS: tuple[float, ...] = (65, 12, 5, 2)
 
 #: The queue the demo's messages are finally delivered to.
 DEMO_QUEUE = "ladder.demo"
-
-DEFAULT_BROKER = "amqp://guest:guest@127.0.0.1:5672//"
 
 
 class Row:

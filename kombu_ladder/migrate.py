@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
 import logging
-import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 from kombu import Connection, Consumer, Queue
 
@@ -16,7 +14,7 @@ from .envelope import strip_death
 from .errors import LadderError
 from .topology import declare
 
-__all__ = ["MoveResult", "move", "main"]
+__all__ = ["MoveResult", "move"]
 
 logger = logging.getLogger(__name__)
 
@@ -192,28 +190,3 @@ class _Confirms:
             raise LadderError(f"the target refused messages ({'; '.join(self.refused[:3])}); "
                               "that batch stays on the source")
 
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``python -m kombu_ladder.migrate --from URL --to URL``: ``kombu-ladder --broker FROM move --to TO``.
-
-    Returns:
-        The exit status.
-    """
-    parser = argparse.ArgumentParser(prog="python -m kombu_ladder.migrate", description=__doc__)
-    parser.add_argument("--from", dest="source", required=True, metavar="URL", help="the broker to empty")
-    parser.add_argument("--to", dest="target", required=True, metavar="URL", help="the broker to fill")
-    parser.add_argument("--limit", type=int, default=None, metavar="N", help="at most N messages per queue")
-    parser.add_argument("--keep-parked", action="store_true", help="leave acemq.schedule.parked where it is")
-    args = parser.parse_args(argv)
-    from .cli import main as cli_main  # here: the CLI imports this module
-
-    forwarded = ["--broker", args.source, "move", "--to", args.target]
-    if args.limit is not None:
-        forwarded += ["--limit", str(args.limit)]
-    if args.keep_parked:
-        forwarded.append("--keep-parked")
-    return cli_main(forwarded)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -149,7 +149,7 @@ def delay_seconds(delay: object, *, argument: str = "delay", max_delay: float = 
     seconds = _as_seconds(delay, argument)
     if seconds > max_delay:
         raise ValueError(
-            f"{argument}={seconds:g}s is longer than the maximum delay of {describe_limit(max_delay)}; "
+            f"{argument}={seconds:.15g}s is longer than the maximum delay of {describe_limit(max_delay)}; "
             f"was it given in milliseconds? (raise the limit with max_delay=, in Celery ladder_max_delay)"
         )
     return seconds

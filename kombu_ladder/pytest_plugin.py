@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from importlib.util import find_spec
 from typing import Any, Iterator
 
 import pytest
@@ -11,6 +12,10 @@ from .simulator import SimulatedBroker
 from .simulator.profiles import DEFAULT, PROFILES
 
 __all__ = ["ladder_broker", "simulated_rabbitmq", "OPTION", "ENVIRON"]
+
+#: celery_ladder's fixtures (``ladder_celery``) come along when Celery is installed (``kombu-ladder[celery]``).
+#: This is the package's one pytest11 entry point, so a kombu-only install never imports celery_ladder.
+pytest_plugins = ["celery_ladder.pytest_plugin"] if find_spec("celery") is not None else []
 
 #: The marker that configures ``ladder_broker`` for one test.
 MARKER = "ladder_broker"

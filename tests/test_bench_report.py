@@ -122,3 +122,17 @@ def test_plot_writes_a_png(tmp_path: Path) -> None:
     results = _results(publish_ratio=1.0, d_p99_ms=5.0)["lateness"]
     path = plot_lateness(results, str(tmp_path / "lateness.png"), title="test")
     assert Path(path).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_celery_panel_ends_past_the_ladder_and_native_tasks_not_at_vanilla_etas_tail() -> None:
+    from bench.plot import celery_window_ms
+
+    def contender(values: list[float]) -> dict[str, Any]:
+        return {"name": "x", "lateness": values, "summary": {"expected": len(values)}}
+
+    fast = [1.0 + i / 100 for i in range(100)]  # 1.00 .. 1.99 ms
+    slow_tail = [*fast[:-5], 3000.0, 3500.0, 3900.0, 3950.0, 4000.0]
+    window = celery_window_ms({"c": contender(slow_tail), "d": contender([*fast[:-1], 30.0]),
+                               "e": contender(fast)})
+    assert window == pytest.approx(30.0 * 1.2)  # d's slowest start, not c's seconds
+    assert celery_window_ms({"d": contender(fast)}) == pytest.approx(10.0)  # at least 10 ms

@@ -1,7 +1,8 @@
-"""The command line: declare, status, and a relay subprocess stopped by SIGTERM and SIGINT."""
+"""The command lines: declare, status, a relay stopped by SIGTERM and SIGINT, and every error as one line."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -16,19 +17,160 @@ from conftest import wait_for
 from kombu import Connection, Producer, Queue
 from rabbit_helpers import list_consumers
 
-from kombu_ladder import Scheduler
-from kombu_ladder.contract import CONTROL, PARKING, rung_names
-
-pytestmark = pytest.mark.broker
+from kombu_ladder import Scheduler, declare
+from kombu_ladder.brokers import UnsupportedBroker, require_rabbitmq
+from kombu_ladder.cli import main
+from kombu_ladder.contract import CONTROL, PARKED_REASON, PARKING, rung_names
+from kombu_ladder.plan import delay_seconds
+from kombu_ladder.simulator import SimulatedBroker
 
 VENV_BIN = Path(sys.executable).parent
+CELERY_TIER = Path(__file__).parent / "celery_tier"
+UNREACHABLE = "amqp://guest:guest@127.0.0.1:1//"
+
+
+def run(*args: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
+    """``python -m kombu_ladder ARGS`` in a process of its own."""
+    return subprocess.run([sys.executable, "-m", "kombu_ladder", *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **env})
 
 
 def cli(broker_url: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kombu_ladder", "--broker", broker_url, *args],
-                          capture_output=True, text=True, timeout=timeout)
+    return run("--broker", broker_url, *args, timeout=timeout)
 
 
+def celery_ladder(broker_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``celery -A poolapp ladder ARGS`` on ``broker_url``."""
+    env = dict(os.environ, LADDER_POOL_BROKER=broker_url,
+               PYTHONPATH=os.pathsep.join([str(CELERY_TIER), os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run([sys.executable, "-m", "celery", "-A", "poolapp", "ladder", *args], cwd=CELERY_TIER,
+                          env=env, capture_output=True, text=True, timeout=120)
+
+
+def one_line_error(done: subprocess.CompletedProcess[str], code: int) -> str:
+    """Assert the command failed with ``code`` and exactly one line on stderr, no traceback; return the line."""
+    assert done.returncode == code, (done.returncode, done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert done.stdout == ""
+    return lines[0]
+
+
+@pytest.mark.parametrize("given", [
+    "amqp://guest:guest@localhost//", "amqps://u:p@rabbit:5671/prod", "pyamqp://", "AMQP://host//",
+    "ladder-sim://localhost/sim-1", "amqp://a//;amqp://b//",
+])
+def test_rabbitmq_and_simulator_urls_are_accepted(given: str) -> None:
+    require_rabbitmq(given)
+
+
+@pytest.mark.parametrize("given,transport", [
+    ("redis://localhost:6379/0", "redis"), ("memory://", "memory"), ("sqs://", "sqs"),
+    ("sqla+postgresql://db/x", "sqla"), ("amqp://a//;redis://b", "redis"), ("localhost", "localhost"),
+])
+def test_other_transports_are_refused_naming_them(given: str, transport: str) -> None:
+    with pytest.raises(UnsupportedBroker, match=f"not {transport}://: it is built on RabbitMQ's queue TTLs"):
+        require_rabbitmq(given)
+
+
+@pytest.mark.parametrize("url", ["redis://localhost:6379/0", "memory://"])
+@pytest.mark.parametrize("command", ["status", "declare", "relay"])
+def test_a_non_rabbitmq_broker_is_one_usage_line(url: str, command: str) -> None:
+    line = one_line_error(run(command, "--broker", url), 2)
+    assert line.startswith("Error: the ladder needs RabbitMQ") and url.split(":")[0] + "://" in line
+
+
+def test_the_simulator_url_is_allowed(capsys: pytest.CaptureFixture[str]) -> None:
+    broker = SimulatedBroker()
+    try:
+        assert main(["declare", "--broker", broker.url]) == 0
+        assert capsys.readouterr().out.split() == [*rung_names(), CONTROL]
+        assert set(broker.queue_names()) >= {*rung_names(), CONTROL, PARKING}
+    finally:
+        broker.close()
+
+
+def test_an_unknown_simulator_is_a_connection_error_not_a_refusal() -> None:
+    line = one_line_error(run("status", "--broker", "ladder-sim://localhost/nobody"), 69)
+    assert line.startswith("Error: Could not connect to the message broker at ladder-sim://")
+
+
+def test_replay_with_a_negative_limit_is_a_usage_error() -> None:
+    line = one_line_error(run("replay", "--limit", "-1", "--broker", UNREACHABLE), 2)
+    assert line == ("Error: Invalid value for '--limit': -1 is not in the range x>=1. "
+                    "(see 'python -m kombu_ladder replay --help')")
+
+
+@pytest.mark.parametrize("args", [["relay", "--prefetch", "0"], ["status", "--parked", "-3"],
+                                  ["move", "--to", "amqp://x//", "--limit", "0"], ["status", "--nope"],
+                                  ["nope"], ["--log-level", "LOUD", "status"]])
+def test_bad_options_are_one_usage_line(args: list[str]) -> None:
+    line = one_line_error(run(*args), 2)
+    assert line.startswith("Error: ") and "--help')" in line
+
+
+def test_help_describes_every_command_without_markup() -> None:
+    top = run("--help")
+    assert top.returncode == 0, top.stderr
+    assert "``" not in top.stdout and ":ref:" not in top.stdout
+    assert "kombu-ladder status --broker amqp://" in top.stdout and "kombu-ladder --broker amqp://" in top.stdout
+    for command in ("declare", "status", "replay", "move", "relay"):
+        assert command in top.stdout
+    relay = run("relay", "--help")
+    assert relay.returncode == 0, relay.stderr
+    assert "Run a relay on --broker until SIGTERM or SIGINT" in relay.stdout
+    for option in ("--broker URL", "--log-level", "--prefetch", "--report-every", "--allow-exchange"):
+        assert option in relay.stdout
+
+
+def test_unreachable_broker_is_one_line_with_exit_69() -> None:
+    line = one_line_error(run("status", "--broker", UNREACHABLE), 69)
+    assert line.startswith("Error: Could not connect to the message broker at amqp://guest:**@127.0.0.1:1//.")
+    assert line.endswith("Reason: [Errno 111] Connection refused")
+
+
+@pytest.mark.broker
+def test_a_wrong_password_is_one_line_with_exit_69(broker_url: str) -> None:
+    wrong = broker_url.replace("guest:guest@", "guest:not-the-password@")
+    line = one_line_error(run("status", "--broker", wrong), 69)
+    assert line.startswith("Error: Could not connect to the message broker")
+    assert "ACCESS_REFUSED" in line and "not-the-password" not in line
+
+
+@pytest.mark.broker
+@pytest.mark.parametrize("order", ["broker first", "broker after the command"])
+def test_the_broker_option_goes_before_or_after_the_command(connection: Connection, broker_url: str,
+                                                             order: str) -> None:
+    declare(connection)
+    args = ["--broker", broker_url, "status"] if order == "broker first" else ["status", "--broker", broker_url]
+    done = run(*args, KOMBU_LADDER_BROKER=UNREACHABLE)
+    assert done.returncode == 0, done.stderr
+    assert status_rows(done.stdout)[CONTROL] == ("0", "0")
+
+
+@pytest.mark.broker
+def test_the_environment_names_the_broker_and_the_option_overrides_it(connection: Connection,
+                                                                      broker_url: str) -> None:
+    assert run("status", KOMBU_LADDER_BROKER=broker_url).returncode == 0
+    one_line_error(run("--broker", UNREACHABLE, "status", KOMBU_LADDER_BROKER=broker_url), 69)
+    # Given twice, the one after the command wins.
+    assert run("--broker", UNREACHABLE, "status", "--broker", broker_url).returncode == 0
+
+
+@pytest.mark.broker
+def test_status_into_a_closed_pipe_exits_quietly(connection: Connection, broker_url: str) -> None:
+    """``kombu-ladder status | head -0``: no BrokenPipeError, no traceback."""
+    proc = subprocess.Popen([sys.executable, "-m", "kombu_ladder", "status", "--broker", broker_url],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    proc.stdout.close()  # the reader has gone before the first line is written
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    assert err == ""
+
+
+@pytest.mark.broker
 def test_declare_prints_the_queue_names(connection: Connection, broker_url: str) -> None:
     done = cli(broker_url, "declare")
     assert done.returncode == 0, done.stderr
@@ -47,14 +189,15 @@ def status_rows(output: str) -> dict[str, tuple[str, str]]:
     return rows
 
 
+@pytest.mark.broker
 def test_status_prints_depths_and_consumers(connection: Connection, broker_url: str) -> None:
     with Scheduler.on(connection, relay=False) as sched:
         sched.in_(3600, b"a", routing_key="t.status")
         sched.in_(7200, b"b", routing_key="t.status")
         sched.in_(30, b"c", routing_key="t.status")
     producer = Producer(connection.default_channel)
-    for _ in range(3):
-        producer.publish(b"p", exchange="", routing_key="acemq.schedule.parked")
+    for reason in ("unroutable: NO_ROUTE (a)", "malformed: no due-at", "unroutable: NO_ROUTE (a)"):
+        producer.publish(b"p", exchange="", routing_key="acemq.schedule.parked", headers={PARKED_REASON: reason})
     consumer_channel = connection.channel()
     Queue("acemq.schedule.due", no_declare=True).bind(consumer_channel).consume(no_ack=False)
     try:
@@ -72,21 +215,49 @@ def test_status_prints_depths_and_consumers(connection: Connection, broker_url: 
         "acemq.schedule.due": ("0", "1"),
         "acemq.schedule.parked": ("3", "0"),
     }
+    assert TALLY in done.stdout
 
 
-def test_unreachable_broker_exits_2_with_a_message() -> None:
-    done = cli("amqp://guest:guest@127.0.0.1:1//", "status", timeout=60)
-    assert done.returncode == 2
-    assert "cannot reach the broker" in done.stderr
+#: What both status commands print for the three parked messages above.
+TALLY = "why they are parked (the first 3):\n      2  unroutable: NO_ROUTE (a)\n      1  malformed: no due-at\n"
 
 
+@pytest.mark.broker
+@pytest.mark.celery
+def test_celery_ladder_status_prints_the_same_tables_and_tally(connection: Connection, broker_url: str) -> None:
+    producer = Producer(connection.default_channel)
+    for reason in ("unroutable: NO_ROUTE (a)", "malformed: no due-at", "unroutable: NO_ROUTE (a)"):
+        producer.publish(b"p", exchange="", routing_key=PARKING, headers={PARKED_REASON: reason})
+    kombu = cli(broker_url, "status")
+    celery = celery_ladder(broker_url, "status", "--timeout", "0.2")
+    assert kombu.returncode == 0 and celery.returncode == 0, (kombu.stderr, celery.stderr)
+    assert TALLY in celery.stdout
+    assert celery.stdout.startswith(kombu.stdout)  # then the workers' table
+    assert json.loads(celery_ladder(broker_url, "status", "--json", "--timeout", "0.2").stdout)["parked_reasons"] == [
+        {"reason": "unroutable: NO_ROUTE (a)", "count": 2}, {"reason": "malformed: no due-at", "count": 1}]
+
+
+@pytest.mark.celery
+def test_celery_ladder_status_without_a_broker_says_so_as_celery_does() -> None:
+    line = one_line_error(celery_ladder(UNREACHABLE, "status"), 69)
+    # Celery's own commands (``celery inspect``) print "Error: Could not connect to the message broker. ..."
+    assert line.startswith("Error: Could not connect to the message broker at amqp://guest:**@127.0.0.1:1//.")
+
+
+@pytest.mark.celery
+@pytest.mark.parametrize("url", ["redis://localhost:6379/0", "memory://"])
+def test_celery_ladder_refuses_a_non_rabbitmq_broker_in_one_line(url: str) -> None:
+    assert one_line_error(celery_ladder(url, "status"), 2).startswith("Error: the ladder needs RabbitMQ")
+
+
+@pytest.mark.broker
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_relay_runs_relays_and_stops_cleanly(connection: Connection, broker_url: str, rabbit_vhost: str,
                                              tmp_path: Path, signum: int) -> None:
     log = tmp_path / "relay.log"
     with log.open("w") as sink:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "kombu_ladder", "--broker", broker_url, "relay", "--report-every", "1"],
+            [sys.executable, "-m", "kombu_ladder", "relay", "--broker", broker_url, "--report-every", "1"],
             stdout=sink, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
     try:
@@ -128,3 +299,11 @@ def test_console_script_is_installed() -> None:
     assert done.returncode == 0, done.stderr
     for word in ("declare", "relay", "status", "--broker"):
         assert word in done.stdout
+
+
+@pytest.mark.parametrize("given,shown", [(9e7, "countdown=90000000s"), (3.2e7 + 0.5, "countdown=32000000.5s")])
+def test_a_too_long_countdown_is_shown_in_plain_digits(given: float, shown: str) -> None:
+    with pytest.raises(ValueError) as error:
+        delay_seconds(given, argument="countdown")
+    assert str(error.value).startswith(f"{shown} is longer than the maximum")
+    assert "e+" not in str(error.value)

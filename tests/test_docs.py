@@ -1,18 +1,36 @@
-"""The docs say what the code does: doctests run, every contract value and setting is documented."""
+"""The docs say what the code does: snippets and command lines run, every contract value and setting is there."""
 
 from __future__ import annotations
 
+import ast
 import doctest
+import json
+import os
 import re
+import shlex
 import shutil
+import signal
 import subprocess
+import sys
+import warnings
 from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+from urllib.parse import unquote
 
+import click
 import pytest
+from celery import Celery, concurrency
+from conftest import wait_for
+from docs_blocks import Block, Command, blocks, commands_of, inline_commands, is_excerpt
+from kombu import Connection
+from rabbit_helpers import fresh_vhost, queue_depth, vhost_url  # noqa: F401 - fresh_vhost is a fixture
 
-from celery_ladder.settings import SETTINGS
-from kombu_ladder import contract
-from kombu_ladder.cli import build_parser
+from celery_ladder import cli as celery_ladder_cli
+from celery_ladder.settings import ALLOWED_EXCHANGES, SETTINGS
+from kombu_ladder import LadderProducer, __version__, contract, declare
+from kombu_ladder.cli import cli
+from kombu_ladder.contract import CONTROL
+from kombu_ladder.depths import queue_depths
 from kombu_ladder.plan import MAX_DELAY
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,12 +91,10 @@ def test_configuration_reference_names_every_setting_default_and_django_name(set
 
 def test_configuration_reference_names_every_kombu_ladder_command_and_option() -> None:
     text = page("configuration.rst")
-    parser = build_parser()
-    options = [opt for action in parser._actions for opt in action.option_strings if opt.startswith("--")]
-    subparsers = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
-    for command, sub in subparsers.choices.items():
-        assert f"``{command}" in text, f"kombu-ladder {command} is not documented"
-        options += [opt for action in sub._actions for opt in action.option_strings if opt.startswith("--")]
+    options = [opt for param in cli.params for opt in param.opts if opt.startswith("--")]
+    for name, command in cli.commands.items():
+        assert f"``{name}" in text, f"kombu-ladder {name} is not documented"
+        options += [opt for param in command.params for opt in param.opts if opt.startswith("--")]
     missing = sorted({opt for opt in options if opt != "--help" and opt not in text})
     assert not missing, f"undocumented kombu-ladder options: {missing}"
 
@@ -116,3 +132,330 @@ def test_the_version_lives_in_one_place_and_the_changelog_has_it() -> None:
 def test_both_packages_ship_py_typed(package: str) -> None:
     assert (ROOT / package / "py.typed").is_file()
     assert re.search(rf"^\s*{package} = py\.typed$", (ROOT / "setup.cfg").read_text(), re.M)
+
+
+def test_configuration_reference_names_the_allow_list_setting() -> None:
+    name, django_name = ALLOWED_EXCHANGES
+    text = page("configuration.rst")
+    row = re.search(rf"^``{name}``\n\s+:Django name: ``{django_name}``\n\s+:Default: ``None``", text, re.M)
+    assert row is not None, f"{name} / {django_name} is missing from the configuration reference"
+
+
+# -- the pages' snippets and command lines run as shown -----------------------------------------------
+#
+# Console blocks run command by command: from the repository root when they use examples/ or make,
+# else from a directory holding proj.py (the README's Celery snippet, as the README says to save it).
+# The venv's bin/ leads PATH, as if activated. The pages' broker URLs stand for a real deployment:
+# each becomes a fresh vhost of the test broker, and BROKER_URL and KOMBU_LADDER_BROKER name it.
+
+#: Documented command lines the suite does not run, and why.
+NOT_RUN = {"make test": "it is the test suite itself; .ci/run runs it"}
+
+#: Seconds a documented command may take.
+COMMAND_TIMEOUT = 180
+
+#: A URL where no broker answers: ``make demo`` then runs on the simulator, as the README says.
+NO_BROKER = "amqp://guest:guest@127.0.0.1:1//"
+
+PROJECT_SNIPPET = next(b for b in blocks("python") if b.page == "README.md").text
+LOCAL_BROKER = "amqp://guest:guest@localhost//"
+
+
+def _skeleton(token: str) -> str:
+    if re.fullmatch(r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}", token):
+        return "<uuid>"
+    if "@" in token:
+        return "<node>" + (":" if token.endswith(":") else "")
+    return re.sub(r"-?\d[\d,]*(\.\d+)?", "<n>", token)
+
+
+def assert_output_matches(shown: Sequence[str], printed: str, command: str) -> None:
+    """Each line the page shows under a command is printed, token by token; numbers, ids and nodes may differ."""
+    expected = [line.split() for line in shown if line.strip()]
+    actual = [line.split() for line in printed.splitlines() if line.strip()]
+    assert [[_skeleton(t) for t in line] for line in actual] == [[_skeleton(t) for t in line] for line in expected], (
+        f"$ {command}\nthe page shows:\n" + "\n".join(shown) + "\nit printed:\n" + printed)
+
+
+def _vhost_of(url: str) -> str:
+    return unquote(url.rsplit("/", 1)[1])
+
+
+class Shell:
+    """Runs one console block's commands in order, as a reader would in an activated venv."""
+
+    def __init__(self, block: Block, workdir: Path, urls: list[str]) -> None:
+        lines = [c.line for c in commands_of(block)]
+        self.cwd = ROOT if any("examples" in line or line.startswith("make ") for line in lines) else workdir
+        self.urls = urls
+        self.url_map: dict[str, str] = {}
+        self.env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
+                        BROKER_URL=urls[0], KOMBU_LADDER_BROKER=urls[0], LADDER_DEMO_BROKER=NO_BROKER)
+        self.env.pop("DJANGO_SETTINGS_MODULE", None)
+        self.background: list[tuple[str, subprocess.Popen[str], Path]] = []
+        self.logs = workdir
+
+    def argv(self, command: Command) -> list[str]:
+        argv = command.argv
+        for i, arg in enumerate(argv):
+            if re.match(r"^amqps?://", arg):
+                if arg not in self.url_map:
+                    self.url_map[arg] = self.urls[len(self.url_map)]
+                argv[i] = self.url_map[arg]
+            elif argv[0] == "rabbitmqctl" and i and argv[i - 1] == "-p":
+                argv[i] = _vhost_of(self.urls[0])
+        return argv
+
+    def run(self, command: Command) -> str:
+        argv = self.argv(command)
+        if argv[0] == "cd":
+            self.cwd = (self.cwd / argv[1]).resolve()
+            return ""
+        if "worker" in argv or argv[:2] == ["kombu-ladder", "relay"]:
+            self.start(command.line, argv)
+            return ""
+        done = subprocess.run(argv, cwd=self.cwd, env=self.env, capture_output=True, text=True,
+                              timeout=COMMAND_TIMEOUT)
+        assert done.returncode == 0, f"$ {command.line}\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
+        return done.stdout
+
+    def start(self, line: str, argv: list[str]) -> None:
+        log = self.logs / f"background-{len(self.background)}.log"
+        with log.open("w") as sink:
+            proc = subprocess.Popen(argv, cwd=self.cwd, env=self.env, stdout=sink, stderr=subprocess.STDOUT, text=True)
+        self.background.append((line, proc, log))
+        app = Celery(broker=self.urls[0], set_as_current=False)
+        try:
+            def up() -> bool:
+                assert proc.poll() is None, f"$ {line} exited:\n{log.read_text()[-3000:]}"
+                with Connection(self.urls[0]) as conn:
+                    relaying = any(row.queue == CONTROL and row.consumers for row in queue_depths(conn))
+                return relaying and bool(app.control.ping(timeout=0.5))
+
+            wait_for(up, timeout=90, interval=0.5, message=f"'{line}' to start and relay")
+        finally:
+            app.close()
+
+    def stop(self) -> None:
+        for line, proc, log in reversed(self.background):
+            proc.send_signal(signal.SIGTERM)
+            try:
+                code = proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                pytest.fail(f"'{line}' did not stop on SIGTERM:\n{log.read_text()[-3000:]}")
+            assert code == 0, f"'{line}' exited with {code}:\n{log.read_text()[-3000:]}"
+            assert "Traceback" not in log.read_text(), log.read_text()[-3000:]
+
+
+#: Checks beyond the output a page shows, for commands whose page says what they do in words.
+def _check_status_shows_the_task_in_the_1h_rung(printed: str, shell: Shell) -> None:
+    assert re.search(r"^acemq\.schedule\.1h\s+1\s+0$", printed, re.M), printed
+
+
+def _check_the_policy_applies_to_the_rungs(printed: str, shell: Shell) -> None:
+    vhost = _vhost_of(shell.urls[0])
+    with Connection(shell.urls[0]) as conn:
+        declare(conn)
+    wait_for(lambda: all(q.get("policy") == "ladder-lazy" for name, q in _policies(vhost).items()
+                         if name.startswith("acemq.schedule.")), 30, message="the policy on the ladder's queues")
+
+
+def _policies(vhost: str) -> dict[str, dict[str, Any]]:
+    out = subprocess.run(["rabbitmqctl", "-q", "list_queues", "-p", vhost, "name", "policy", "--formatter", "json"],
+                         check=True, capture_output=True, text=True, timeout=60).stdout
+    return {row["name"]: row for row in json.loads(out or "[]")}
+
+
+def _check_inspect_scheduled_is_0(printed: str, shell: Shell) -> None:
+    assert '"scheduled": 0' in printed and '"delivered": 1' in printed, printed
+
+
+def _check_demo_prints_the_readme_table(printed: str, shell: Shell) -> None:
+    (table,) = [b for b in blocks("text") if b.page == "README.md" and "arrival order" in b.text]
+    shown = [[_skeleton(t) for t in line.split()] for line in table.text.splitlines() if line.strip()]
+    lines = [[_skeleton(t) for t in line.split()] for line in printed.splitlines() if line.strip()]
+    assert any(lines[i:i + len(shown)] == shown for i in range(len(lines))), printed
+
+
+CHECKS: dict[str, Callable[[str, Shell], None]] = {
+    "make demo     # schedule 65 s, 12 s, 5 s and 2 s messages, longest first, and watch them arrive":
+        _check_demo_prints_the_readme_table,
+    "kombu-ladder status                    # it waits in acemq.schedule.1h":
+        _check_status_shows_the_task_in_the_1h_rung,
+    "rabbitmqctl set_policy -p prod --apply-to queues --priority 10 ladder-lazy '^acemq\\.schedule\\.' "
+    "'{\"queue-mode\":\"lazy\"}'": _check_the_policy_applies_to_the_rungs,
+    "celery -A celery_app inspect ladder": _check_inspect_scheduled_is_0,
+}
+
+
+def _prepare(block: Block, shell: Shell) -> None:
+    """What a page assumes already happened: something waiting in the ladder, a worker running."""
+    lines = [c.line for c in commands_of(block)]
+    if any(re.match(r"kombu-ladder (status --broker|--broker \S+ move)", line) for line in lines):
+        with Connection(shell.urls[0]) as conn:
+            LadderProducer(conn.default_channel).publish(b"waiting", exchange="", routing_key="docs.q",
+                                                         countdown=7200)
+    if any(" inspect ladder" in line for line in lines) and not any(" worker" in line for line in lines):
+        shell.start("celery -A proj worker -P ladder", ["celery", "-A", "proj", "worker", "-P", "ladder"])
+
+
+@pytest.fixture
+def two_vhosts(fresh_vhost: str) -> Iterator[list[str]]:  # noqa: F811 - the fixture
+    from conftest import temporary_vhost
+
+    with temporary_vhost(f"{fresh_vhost}-green") as green:
+        yield [vhost_url(fresh_vhost), vhost_url(green)]
+
+
+def _install_blocks() -> list[Block]:
+    return [b for b in blocks("console") if any(c.line.startswith("pip install") for c in commands_of(b))]
+
+
+@pytest.mark.broker
+@pytest.mark.celery
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("block", [b for b in blocks("console") if b not in _install_blocks()], ids=lambda b: b.id)
+def test_every_console_block_runs_as_shown(block: Block, two_vhosts: list[str], tmp_path: Path) -> None:
+    (tmp_path / "proj.py").write_text(PROJECT_SNIPPET.replace(LOCAL_BROKER, two_vhosts[0]))
+    shell = Shell(block, tmp_path, two_vhosts)
+    _prepare(block, shell)
+    try:
+        for command in commands_of(block):
+            if shlex.split(command.line, comments=True) and " ".join(command.argv) in NOT_RUN:
+                continue
+            printed = shell.run(command)
+            if command.output:
+                assert_output_matches(command.output, printed, command.line)
+            if command.line in CHECKS:
+                CHECKS[command.line](printed, shell)
+    finally:
+        shell.stop()
+
+
+def test_the_commands_not_run_are_documented_ones() -> None:
+    documented = {" ".join(c.argv) for b in blocks("console") for c in commands_of(b)}
+    assert set(NOT_RUN) <= documented
+    assert set(CHECKS) <= {c.line for b in blocks("console") for c in commands_of(b)}
+
+
+@pytest.fixture(scope="module")
+def wheel_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(ROOT)],
+                   check=True, capture_output=True, timeout=300)
+    return out
+
+
+INSTALL_LINES = sorted({c.line for b in _install_blocks() for c in commands_of(b)}
+                       | {c for _, c in inline_commands() if c.startswith("pip install")})
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("line", INSTALL_LINES)
+def test_the_install_lines_resolve_to_this_distribution(line: str, wheel_dir: Path, tmp_path: Path) -> None:
+    """What a user types once it is published; here the package index's copy is the wheel just built."""
+    report = tmp_path / "report.json"
+    argv = shlex.split(line)
+    assert argv[:2] == ["pip", "install"]
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--ignore-installed",
+                           "--report", str(report), "--find-links", str(wheel_dir), *argv[2:]],
+                          capture_output=True, text=True, timeout=580)
+    assert done.returncode == 0, done.stderr[-3000:]
+    installs = {item["metadata"]["name"].lower(): item for item in json.loads(report.read_text())["install"]}
+    assert installs["kombu-ladder"]["metadata"]["version"] == __version__
+    assert installs["kombu-ladder"]["download_info"]["url"].startswith(wheel_dir.as_uri())
+    extras = set(re.findall(r"\[(.*)\]", line)[0].split(",")) if "[" in line else set()
+    assert "celery" in installs and ("django" in installs) == ("django" in extras)
+
+
+# -- Python snippets -----------------------------------------------------------------------------------
+
+PYTHON = [b for b in blocks("python") if ">>>" not in b.text]
+
+
+@pytest.mark.parametrize("block", [b for b in PYTHON if is_excerpt(b)], ids=lambda b: b.id)
+def test_excerpts_are_marked_and_still_parse(block: Block) -> None:
+    ast.parse(block.text)
+
+
+def test_the_index_and_readme_celery_snippets_are_the_same_program() -> None:
+    index = next(b for b in PYTHON if b.page == "index.rst")
+    assert index.text == PROJECT_SNIPPET
+
+
+@pytest.mark.broker
+@pytest.mark.parametrize("block", [b for b in PYTHON if not is_excerpt(b)], ids=lambda b: b.id)
+def test_every_python_snippet_runs(block: Block, fresh_vhost: str, tmp_path: Path) -> None:  # noqa: F811
+    url = vhost_url(fresh_vhost)
+    source = block.text.replace(LOCAL_BROKER, url)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    if "def test_" in source:  # a test a reader would put in their suite: run it with the package's fixtures
+        (tmp_path / "test_snippet.py").write_text(source)
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_snippet.py"],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert re.search(r"\b1 passed\b", done.stdout), done.stdout
+        return
+    (tmp_path / "snippet.py").write_text(source)
+    done = subprocess.run([sys.executable, "snippet.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    if "apply_async" in source:  # the README's and index's promise: the task waits in a rung, not a worker
+        with Connection(url) as conn:
+            assert queue_depth(conn, "acemq.schedule.1h") == 1
+
+
+@pytest.mark.parametrize("block", [*blocks("python"), *blocks("console")], ids=lambda b: b.id)
+def test_code_lines_fit_the_code_box(block: Block) -> None:
+    """At 1280 px the docs' code box shows about 88 characters; wider lines hide behind a scrollbar."""
+    if block.page.endswith(".md") and block.page != "benchmarks.md":
+        return  # the README renders on the code host, which scrolls as it likes
+    long = [line for line in block.text.splitlines() if len(line) > 88]
+    assert not long, f"{block.id}: {long}"
+
+
+# -- inline command literals parse ------------------------------------------------------------------
+
+PLACEHOLDERS = {"URL": NO_BROKER, "BLUE": NO_BROKER, "N": "5", "SECONDS": "1.5", "TEXT": "x", "NAME": "x"}
+
+
+def _concrete(command: str) -> list[str]:
+    command = command.split(" | ")[0].replace("[", " ").replace("]", " ").replace("...", " ")
+    return [PLACEHOLDERS.get(token, token) for token in shlex.split(command)]
+
+
+def _parses(group: click.Group, args: list[str]) -> None:
+    if "COMMAND" in args or not args:
+        return
+    ctx = group.make_context(group.name or "cli", [*args], resilient_parsing=False)
+    with warnings.catch_warnings():  # click 8.2 deprecates protected_args; 8.1 keeps the command name there
+        warnings.simplefilter("ignore", DeprecationWarning)
+        remaining = [*ctx.protected_args, *ctx.args]
+    name, command, rest = group.resolve_command(ctx, remaining)
+    assert command is not None
+    command.make_context(name or "", rest, parent=ctx)
+
+
+@pytest.mark.parametrize("page,command", sorted(set(inline_commands())))
+def test_inline_command_literals_parse(page: str, command: str) -> None:
+    args = _concrete(command)
+    if args[:2] == ["pip", "install"]:
+        assert command in INSTALL_LINES
+    elif args[0] == "kombu-ladder" or args[:3] == ["python", "-m", "kombu_ladder"]:
+        _parses(cli, args[1 if args[0] == "kombu-ladder" else 3:])
+    elif args[3:4] == ["ladder"]:
+        _parses(celery_ladder_cli.ladder, args[4:])
+    elif args[3:4] == ["worker"]:
+        pool = args[args.index("-P") + 1]
+        assert pool == "ladder" or pool in concurrency.ALIASES, command
+    else:
+        assert args[3:5] == ["inspect", "ladder"], command
+
+
+@pytest.mark.parametrize("path", sorted({m for p in DOCS.glob("*.rst")
+                                          for m in re.findall(r"\.\. literalinclude:: (\S+)", p.read_text())}))
+def test_included_example_lines_fit_the_code_box(path: str) -> None:
+    long = [n for n, line in enumerate((DOCS / path).read_text().splitlines(), 1) if len(line) > 88]
+    assert not long, f"{path}: lines {long} are wider than the docs' code box"

@@ -150,7 +150,7 @@ def test_django_example_toggle_decides_whether_a_countdown_task_waits_in_the_lad
     assert done.returncode == 0, done.stderr
     assert "scheduled " in done.stdout
     # 300 s goes into the 1-minute rung (hops_for(300) starts with 60), where it waits 60 s.
-    in_ladder, in_task_queue = ready_messages(url, "acemq.schedule.1m"), ready_messages(url, "celery")
+    in_ladder, in_task_queue = ready_messages(url, "acemq.schedule.1m"), ready_messages(url, "quickstart-django")
     if enabled == "true":
         assert (in_ladder, in_task_queue) == (1, 0)
     else:  # Celery's own path: straight to the task queue, where a worker would hold it

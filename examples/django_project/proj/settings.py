@@ -5,6 +5,7 @@ import os
 SECRET_KEY = "example-only-not-secret"
 DEBUG = True
 USE_TZ = True
+TIME_ZONE = "UTC"  # Django's default is America/Chicago, worker logs included
 DATABASES: dict = {}
 
 INSTALLED_APPS = [
@@ -21,3 +22,6 @@ CELERY_BROKER_URL = os.environ.get("BROKER_URL",
 CELERY_LADDER_ENABLED = os.environ.get("LADDER_ENABLED", "true")
 # Run the relay inside this project's workers (the default).
 CELERY_LADDER_RELAY = True
+# This project's own queue: a delayed task goes to whichever worker consumes
+# its queue when it falls due, so projects on one broker should not share one.
+CELERY_TASK_DEFAULT_QUEUE = "quickstart-django"
