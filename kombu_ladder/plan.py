@@ -102,7 +102,7 @@ def parse_due_at(value: object) -> Optional[int]:
 
 def describe_limit(seconds: float) -> str:
     """Render a maximum delay for an error message: ``315619200s (3653 days)``."""
-    return f"{seconds:g}s ({seconds / 86400:g} days)"
+    return f"{seconds:.15g}s ({seconds / 86400:.15g} days)"
 
 
 def _as_seconds(value: object, argument: str) -> float:
