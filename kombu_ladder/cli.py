@@ -10,6 +10,7 @@ from kombu import Connection
 
 from . import commands
 from .brokers import DEFAULT_BROKER
+from .compat import is_no_args_help
 
 __all__ = ["cli", "main", "BROKER_ENV"]
 
