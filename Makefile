@@ -4,12 +4,14 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help install test test-faults test-broker demo lint docs diagrams bench bench-quick clean
+.PHONY: help install test test-faults test-broker test-matrix test-sim43 demo lint docs diagrams bench bench-quick clean
 
 help:
 	@echo "make demo   - schedule mixed delays and watch them arrive (RabbitMQ, or the simulator)"
 	@echo "make test   - install into .venv and run the whole suite"
 	@echo "make test-faults - crash, restart and consumer_timeout tests on a private RabbitMQ node (about 6 min)"
+	@echo "make test-sim43 - the simulator half of the suite, the simulator behaving as RabbitMQ 4.3"
+	@echo "make test-matrix - Celery tier + Django tests on Celery 5.3-5.7, Django 4.2-6.1, Python 3.9-3.13 (STACKS=...)"
 	@echo "make lint   - ruff and mypy"
 	@echo "make docs   - build the Sphinx docs with -W"
 	@echo "make bench  - benchmarks vs every alternative (bench-quick: a few minutes)"
@@ -34,6 +36,17 @@ test: $(STAMP)
 test-faults: $(STAMP)
 	$(PY) -m pytest -ra tests/faults $(PYTEST_ARGS)
 
+# The simulator half of the suite (every test on the simulator backend or its fixtures) with the
+# simulator behaving as RabbitMQ 4.3: refusing x-queue-mode, x-queue-version=1 and transient
+# non-exclusive queues, applying global QoS per consumer. Needs no broker.
+test-sim43: $(STAMP)
+	$(PY) -m pytest -ra --ignore=tests/faults -k simulator --ladder-rabbitmq=4.3 $(PYTEST_ARGS)
+
+# One virtualenv per supported stack in .matrix/ (reused while its pins and setup.cfg are unchanged);
+# the real-worker and Django tests in each; one line per stack. STACKS="celery5.3 celery5.7" picks some.
+test-matrix:
+	$(PYTHON) .ci/matrix.py $(STACKS)
+
 demo: $(STAMP)
 	$(PY) -m kombu_ladder.demo
 
@@ -57,4 +70,4 @@ bench-quick: $(STAMP)
 	$(PY) -m bench --quick
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info docs/_build .pytest_cache
+	rm -rf $(VENV) build dist *.egg-info docs/_build .pytest_cache .matrix

@@ -44,8 +44,9 @@ class LadderRelay(bootsteps.ConsumerStep):
     def __init__(self, c: Any, **kwargs: Any) -> None:
         c.ladder_relay = None
         self.counters = Counters()
-        allowed = LadderSettings.from_conf(c.app.conf).allowed_exchanges
-        self.core = RelayCore(counters=self.counters, allowed_exchanges=allowed)
+        settings = LadderSettings.from_conf(c.app.conf)
+        self.core = RelayCore(counters=self.counters, allowed_exchanges=settings.allowed_exchanges,
+                              max_delay=settings.max_delay)
         #: Parks deliveries to a missing exchange (or one the worker may not write) before a
         #: publish there would close the relay's channel (see kombu_ladder.targets).
         self.exchange_check: Any = None

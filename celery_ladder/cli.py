@@ -154,9 +154,10 @@ def relay(ctx: click.Context, prefetch: int, report_every: Optional[float], metr
     if metrics_port is not None:
         commands.metrics_server()  # prometheus-client missing: say so before connecting
     try:
-        allowed = LadderSettings.from_conf(ctx.obj.app.conf).allowed_exchanges
+        settings = LadderSettings.from_conf(ctx.obj.app.conf)
     except (TypeError, ValueError) as exc:  # a bad setting, named in the message
         raise commands.BadUsage(str(exc)) from None
     with _broker(ctx) as connection:
-        commands.relay(connection, prefetch=prefetch, report_every=report_every, allowed_exchanges=allowed,
+        commands.relay(connection, prefetch=prefetch, report_every=report_every,
+                       allowed_exchanges=settings.allowed_exchanges, max_delay=settings.max_delay,
                        metrics_port=metrics_port, metrics_address=metrics_address, metrics_interval=metrics_interval)

@@ -1,34 +1,18 @@
-"""``-P ladder``: Celery's prefork pool, plus the ladder relay in the worker's consumer."""
+"""``-P ladder``: the pool's name, where Celery finds it, and how the CLI learns both."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from celery.concurrency.prefork import TaskPool as PreforkTaskPool
+from .concurrency.ladder import TaskPool
 
 __all__ = ["TaskPool", "POOL_NAME", "POOL_PATH", "register_pool_alias"]
 
 #: The name given to ``celery worker -P``.
 POOL_NAME = "ladder"
 
-#: Where Celery finds the pool class, in its ``module:attribute`` notation.
-POOL_PATH = "celery_ladder.pool:TaskPool"
-
-
-class TaskPool(PreforkTaskPool):
-    """The prefork pool; creating it adds the relay bootstep to the app.
-
-    The worker creates its pool before its consumer, so the step is in
-    ``app.steps['consumer']`` in time, and the step includes itself for this
-    pool whatever ``ladder_relay`` says.
-    """
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        if self.app is not None:
-            from . import add_relay_step
-
-            add_relay_step(self.app)
+#: Where Celery finds the pool class, in its ``module:attribute`` notation. The class's own
+#: module: Celery 5.7 maps a pool class back to its alias by this path, and every release
+#: labels the banner's pool with the module's last name (``concurrency: 2 (ladder)``).
+POOL_PATH = "celery_ladder.concurrency.ladder:TaskPool"
 
 
 def register_pool_alias() -> None:
@@ -40,9 +24,7 @@ def register_pool_alias() -> None:
     from celery import concurrency
     from celery.bin.worker import worker as worker_command
 
+    from .compat import add_choice
+
     concurrency.ALIASES.setdefault(POOL_NAME, POOL_PATH)
-    for param in worker_command.params:
-        if param.name == "pool":
-            choices = tuple(getattr(param.type, "choices", ()))
-            if POOL_NAME not in choices:
-                param.type.choices = (*choices, POOL_NAME)
+    add_choice(worker_command, "pool", POOL_NAME)  # the same click.Choice in Celery 5.3 to 5.7

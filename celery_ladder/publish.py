@@ -15,14 +15,23 @@ from kombu.pools import ProducerPool
 
 from kombu_ladder.producer import LadderProducerMixin, target_name
 
-from .settings import read_bool
+from .settings import read_bool, read_max_delay
 
-__all__ = ["LadderAMQP", "LadderTaskProducer", "NATIVE_DELAYED_PREFIX", "scheduled_count", "task_eta"]
+__all__ = ["LadderAMQP", "LadderTaskProducer", "NATIVE_DELAYED_PREFIX", "ROUTE_OPTION", "scheduled_count",
+           "task_eta"]
 
 logger = logging.getLogger(__name__)
 
-#: Exchanges of Celery's own native delayed delivery (quorum queues): the ladder stands aside.
+#: Exchanges of Celery's own native delayed delivery (Celery 5.5+, quorum queues bound to a
+#: topic exchange). A task addressed there by anything but this module's router is left to it.
 NATIVE_DELAYED_PREFIX = "celery_delayed_"
+
+#: The send option in which :class:`RouteKeeper` hands a task's route to the task sender,
+#: past ``send_task``'s native delayed-delivery rewrite. Popped before anything is published.
+ROUTE_OPTION = "ladder_route"
+
+#: The routing options the native rewrite replaces (``queue`` popped, the other two overwritten).
+_ROUTE_KEYS = ("queue", "exchange", "routing_key", "exchange_type")
 
 #: Tasks handed to the ladder by this process tree. Created before the prefork pool forks,
 #: so the children's publishes (retries, callbacks) are counted where ``inspect ladder`` runs.
@@ -79,6 +88,11 @@ class LadderTaskProducer(LadderProducerMixin, Producer):
     #: The Celery app whose settings and timezone apply; set on a per-app subclass.
     app: Any = None
 
+    @property
+    def max_delay(self) -> float:  # type: ignore[override]  # a setting here, an attribute in kombu_ladder
+        """The app's ``ladder_max_delay`` (seconds), read when an ETA task is published."""
+        return read_max_delay(self.app.conf) if self.app is not None else super().max_delay
+
     def publish(  # type: ignore[override]
         self, body: Any, routing_key: Optional[str] = None, *args: Any, **kwargs: Any,
     ) -> Any:
@@ -104,6 +118,49 @@ class LadderTaskProducer(LadderProducerMixin, Producer):
         if target_name(exchange if exchange is not None else self.exchange).startswith(NATIVE_DELAYED_PREFIX):
             return None  # Celery's native delayed delivery already addressed it
         return task_eta(headers["eta"], lambda: conf.timezone)
+
+
+def _is_native(exchange: Any) -> bool:
+    try:
+        return target_name(exchange).startswith(NATIVE_DELAYED_PREFIX)
+    except TypeError:
+        return False
+
+
+class RouteKeeper:
+    """Celery's task router, remembering each task's own route in its send options.
+
+    From Celery 5.5, ``send_task`` readdresses a task with a countdown or ETA to
+    ``celery_delayed_27`` when any queue of the app is a quorum queue (and its
+    exchange is not direct), after routing it and before the task sender sees it.
+    The route kept under :data:`ROUTE_OPTION` lets :class:`LadderAMQP`'s sender undo
+    that rewrite, so the task waits in the ladder and is delivered to its own queue.
+    """
+
+    def __init__(self, router: Any) -> None:
+        self.router = router
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.router, name)
+
+    def route(self, options: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+        """Route as Celery does, then keep a copy of the route's destination."""
+        routed = self.router.route(options, name, *args, **kwargs)
+        routed[ROUTE_OPTION] = {key: routed[key] for key in _ROUTE_KEYS if key in routed}
+        return routed
+
+
+def undo_native_rewrite(options: dict[str, Any], route: Optional[Mapping[str, Any]]) -> bool:
+    """Give a task Celery readdressed to native delayed delivery its own route back.
+
+    Returns whether ``options`` (the task sender's keyword arguments) were changed.
+    """
+    if not route or not _is_native(options.get("exchange")):
+        return False
+    for key in _ROUTE_KEYS:
+        options.pop(key, None)
+    options.update(route)
+    return True
 
 
 class LadderAMQP(AMQP):
@@ -132,12 +189,21 @@ class LadderAMQP(AMQP):
 
     publisher_pool = producer_pool  # Celery's compat alias
 
+    def Router(self, *args: Any, **kwargs: Any) -> Any:  # noqa: N802 - Celery's method name
+        """Celery's router, wrapped in a :class:`RouteKeeper`."""
+        return RouteKeeper(super().Router(*args, **kwargs))
+
     def _create_task_sender(self) -> Callable[..., Any]:
         send = super()._create_task_sender()
         ladder_producer = self.Producer
+        conf = self.app.conf
 
         def send_task_message(producer: Any, name: str, message: Any, **kwargs: Any) -> Any:
-            if not isinstance(producer, LadderProducerMixin) and message.headers.get("eta"):
+            route = kwargs.pop(ROUTE_OPTION, None)
+            eta = message.headers.get("eta")
+            if eta and route and read_bool(conf, "ladder_enabled") and undo_native_rewrite(kwargs, route):
+                logger.debug("task %s: the ladder delays it instead of native delayed delivery", name)
+            if not isinstance(producer, LadderProducerMixin) and eta:
                 producer = ladder_producer(
                     producer.channel, exchange=producer.exchange, routing_key=producer.routing_key,
                     serializer=producer.serializer, compression=producer.compression, auto_declare=False,

@@ -10,6 +10,7 @@ from celery import Celery, current_app
 from celery.utils.time import maybe_iso8601, maybe_make_aware
 from celery.worker.request import Request
 
+from kombu_ladder.pytest_plugin import simulated_rabbitmq
 from kombu_ladder.simulator import SimulatedBroker
 
 from . import install
@@ -128,7 +129,7 @@ def ladder_celery_app() -> Iterator[Celery]:
 
 
 @pytest.fixture
-def ladder_celery(ladder_celery_app: Celery) -> Iterator[LadderCelery]:
+def ladder_celery(ladder_celery_app: Celery, request: pytest.FixtureRequest) -> Iterator[LadderCelery]:
     """A Celery app on an in-memory broker with a virtual clock, the ladder installed and a relay running.
 
     .. code-block:: python
@@ -140,7 +141,7 @@ def ladder_celery(ladder_celery_app: Celery) -> Iterator[LadderCelery]:
             ladder_celery.run_delivered()
     """
     app = ladder_celery_app
-    broker = SimulatedBroker()
+    broker = SimulatedBroker(rabbitmq=simulated_rabbitmq(request.config))
     saved = {key: app.conf.get(key) for key in ("broker_url", "broker_read_url", "broker_write_url")}
     app.conf.update(broker_url=broker.url, broker_read_url=None, broker_write_url=None)
     _reset_pool(app)

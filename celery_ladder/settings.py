@@ -5,8 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
-__all__ = ["LadderSettings", "SETTINGS", "ALLOWED_EXCHANGES", "METRICS_PORT", "METRICS_ADDRESS", "as_bool",
-           "as_exchanges", "as_metrics_port", "as_metrics_address", "read_bool"]
+from kombu_ladder.plan import MAX_DELAY, check_max_delay
+
+__all__ = [
+    "LadderSettings", "SETTINGS", "ALLOWED_EXCHANGES", "MAX_DELAY_SETTING", "METRICS_PORT", "METRICS_ADDRESS",
+    "as_bool", "as_exchanges", "as_max_delay", "as_metrics_port", "as_metrics_address", "read_bool",
+    "read_max_delay",
+]
 
 #: Each setting's app.conf name -> (default, its Django settings.py name).
 SETTINGS: dict[str, tuple[bool, str]] = {
@@ -22,6 +27,8 @@ METRICS_PORT = ("ladder_metrics_port", "CELERY_LADDER_METRICS_PORT")
 
 #: The address that port listens on: app.conf and Django names.
 METRICS_ADDRESS = ("ladder_metrics_address", "CELERY_LADDER_METRICS_ADDRESS")
+#: The longest countdown/ETA accepted, in seconds: its app.conf name and its Django settings.py name.
+MAX_DELAY_SETTING = ("ladder_max_delay", "CELERY_LADDER_MAX_DELAY")
 
 #: Strings accepted for a boolean setting (environment variables and .env files give strings).
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -110,6 +117,30 @@ def as_metrics_address(value: Any) -> str:
     name, django = METRICS_ADDRESS
     raise TypeError(f"setting {name} ({django} in Django settings) must be an address such as \"0.0.0.0\", "
                     f"not {value!r}")
+def as_max_delay(value: Any) -> float:
+    """Read ``ladder_max_delay``: seconds (a number, a numeric string or a timedelta) above zero.
+
+    ``None`` is the default, :data:`kombu_ladder.plan.MAX_DELAY` (ten years).
+
+    Raises:
+        ValueError: not a positive finite number of seconds, naming the setting.
+        TypeError: not a number, string or timedelta, naming the setting.
+    """
+    if value is None:
+        return float(MAX_DELAY)
+    name, django = MAX_DELAY_SETTING
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            raise ValueError(f"setting {name} ({django} in Django settings) must be a number of seconds, "
+                             f"not {value!r}") from None
+    return check_max_delay(value, argument=f"setting {name} ({django} in Django settings)")
+
+
+def read_max_delay(conf: Mapping[str, Any]) -> float:
+    """Read ``ladder_max_delay`` from ``app.conf`` (see :func:`as_max_delay`)."""
+    return as_max_delay(conf.get(MAX_DELAY_SETTING[0]))
 
 
 @dataclass(frozen=True)
@@ -126,21 +157,26 @@ class LadderSettings:
     metrics_port: Optional[int] = None
     #: The address ``metrics_port`` listens on.
     metrics_address: str = "127.0.0.1"
+    #: The longest countdown/ETA accepted, in seconds; the relay parks a due time further ahead.
+    max_delay: float = float(MAX_DELAY)
 
     @classmethod
     def from_conf(cls, conf: Mapping[str, Any]) -> "LadderSettings":
-        """Read ``ladder_enabled``, ``ladder_relay`` and ``ladder_allowed_exchanges`` from ``app.conf``.
+        """Read every ``ladder_*`` setting from ``app.conf``.
 
-        A setting that is absent or ``None`` takes its default (True).
+        A setting that is absent or ``None`` takes its default.
 
         Raises:
-            ValueError: a boolean setting has a value that is not a boolean, or
-                ``ladder_metrics_port`` is not a port number.
-            TypeError: ``ladder_allowed_exchanges`` is not None or a list of names, or
-                ``ladder_metrics_address`` is not a string.
+            ValueError: a boolean setting has a value that is not a boolean,
+                ``ladder_metrics_port`` is not a port number, or ``ladder_max_delay``
+                is not a positive number of seconds.
+            TypeError: ``ladder_allowed_exchanges`` is not None or a list of names,
+                ``ladder_metrics_address`` is not a string, or ``ladder_max_delay``
+                is not a number.
         """
         values = {name: read_bool(conf, name) for name in SETTINGS}
         return cls(enabled=values["ladder_enabled"], relay=values["ladder_relay"],
                    allowed_exchanges=as_exchanges(conf.get(ALLOWED_EXCHANGES[0])),
                    metrics_port=as_metrics_port(conf.get(METRICS_PORT[0])),
-                   metrics_address=as_metrics_address(conf.get(METRICS_ADDRESS[0])))
+                   metrics_address=as_metrics_address(conf.get(METRICS_ADDRESS[0])),
+                   max_delay=read_max_delay(conf))

@@ -10,6 +10,7 @@ from kombu import Connection
 
 from . import checks, commands, oversight
 from .brokers import DEFAULT_BROKER
+from .compat import is_no_args_help
 
 __all__ = ["cli", "main", "BROKER_ENV"]
 
@@ -187,10 +188,10 @@ def main(argv: Optional[Sequence[str]] = None, *, prog_name: str = "kombu-ladder
     try:
         result = cli.main(args=list(argv) if argv is not None else None, prog_name=prog_name,
                           standalone_mode=False)
-    except click.exceptions.NoArgsIsHelpError as exc:
-        click.echo(exc.ctx.get_help() if exc.ctx else str(exc), err=True)
-        return exc.exit_code
     except click.UsageError as exc:
+        if is_no_args_help(exc):  # click 8.2+ (see kombu_ladder.compat)
+            click.echo(exc.ctx.get_help() if exc.ctx else str(exc), err=True)
+            return exc.exit_code
         command = exc.ctx.command_path if exc.ctx else prog_name
         click.echo("Error: " + E_USAGE.format(message=exc.format_message(), command=command), err=True)
         return exc.exit_code

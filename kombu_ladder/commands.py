@@ -26,6 +26,7 @@ from .errors import LadderError
 from .migrate import move as move_ladder
 from .parking import parked_reasons
 from .parking import replay as replay_parked
+from .plan import MAX_DELAY
 from .relay import Relay
 from .topology import declare as declare_topology
 
@@ -228,15 +229,17 @@ def move(connection: Connection, to: str, *, limit: Optional[int] = None, keep_p
 
 
 def relay(connection: Connection, *, prefetch: int = PREFETCH, report_every: Optional[float] = 30.0,
-          allowed_exchanges: Optional[Iterable[str]] = None, metrics_port: Optional[int] = None,
-          metrics_address: str = "127.0.0.1", metrics_interval: float = 15.0) -> None:
+          allowed_exchanges: Optional[Iterable[str]] = None, max_delay: float = MAX_DELAY,
+          metrics_port: Optional[int] = None, metrics_address: str = "127.0.0.1",
+          metrics_interval: float = 15.0) -> None:
     """Run a relay on ``connection`` until SIGTERM or SIGINT (it logs its counters as it stops).
 
     With ``metrics_port``, it serves Prometheus metrics on ``metrics_address:metrics_port``
     from before it starts consuming until it stops.
     """
     allowed = list(allowed_exchanges) if allowed_exchanges is not None else None
-    runner = Relay(connection, prefetch=prefetch, allowed_exchanges=allowed, report_every=report_every)
+    runner = Relay(connection, prefetch=prefetch, allowed_exchanges=allowed, report_every=report_every,
+                   max_delay=max_delay)
     server = None
     if metrics_port is not None:
         declare_topology(connection)  # so the first sample, before the relay consumes, finds every queue

@@ -79,7 +79,9 @@ def run_scenario(
         The rows in arrival order, and the (closed) scheduler for its counters.
     """
     channel = connection.channel()
-    queue = Queue(DEMO_QUEUE, exchange="", routing_key=DEMO_QUEUE, durable=False, auto_delete=False)
+    # Exclusive: RabbitMQ 4.3 refuses a transient queue that is not (deprecated feature
+    # transient_nonexcl_queues), and the demo's queue should vanish with the demo anyway.
+    queue = Queue(DEMO_QUEUE, exchange="", routing_key=DEMO_QUEUE, durable=False, exclusive=True)
     queue(channel).declare()
     queue(channel).purge()
     rows: list[Row] = []

@@ -215,6 +215,7 @@ def decide(
     now_ms: int,
     *,
     allow_exchange: Optional[Callable[[str], bool]] = None,
+    max_delay_ms: int = MAX_DELAY * 1000,
 ) -> Decision:
     """Decide what one expired message becomes: a delivery, a hop or a parking.
 
@@ -223,6 +224,8 @@ def decide(
         properties: its AMQP properties, as a plain mapping.
         now_ms: the relay's clock, in epoch milliseconds.
         allow_exchange: optional predicate; a target exchange it refuses is parked.
+        max_delay_ms: a due time further ahead than this is parked as malformed
+            (a unit mistake); the default is :data:`~kombu_ladder.plan.MAX_DELAY`.
 
     Returns:
         :class:`Deliver`, :class:`Hop` or :class:`Park`.
@@ -236,8 +239,9 @@ def decide(
         return Park(f"malformed: header {DUE_AT} is not an integer of epoch ms: {_shown(headers[DUE_AT])}")
     if due < 0:
         return Park(f"malformed: header {DUE_AT} is negative: {due}")
-    if due - now_ms > MAX_DELAY * 1000:
-        return Park(f"malformed: header {DUE_AT}={due} is more than {MAX_DELAY}s ahead")
+    if due - now_ms > max_delay_ms:
+        return Park(f"malformed: header {DUE_AT}={due} is more than the relay's max_delay of "
+                    f"{max_delay_ms // 1000}s ahead (a due time in microseconds?)")
     if TARGET_EXCHANGE not in headers:
         return Park(f"malformed: header {TARGET_EXCHANGE} is missing")
     exchange = _text(headers[TARGET_EXCHANGE])

@@ -13,6 +13,8 @@ __all__ = [
     "DELIVER",
     "MAX_DELAY",
     "Delay",
+    "check_max_delay",
+    "describe_limit",
     "choose_rung",
     "place",
     "hops_for",
@@ -25,9 +27,11 @@ __all__ = [
 #: What :func:`choose_rung` and :func:`place` return when no rung fits: deliver now.
 DELIVER: None = None
 
-#: The longest delay accepted, in seconds: 366 days (8,784 one-hour hops).
-#: Anything longer is almost certainly a unit mistake (milliseconds passed as seconds).
-MAX_DELAY = 366 * 24 * 3600
+#: The default longest delay accepted, in seconds: ten years, leap days included
+#: (87,672 one-hour hops). It is no limit of the ladder, which hops any delay an hour at
+#: a time as the AceMQ relays do; it catches unit mistakes (a due time in microseconds,
+#: milliseconds passed as seconds). Change it with ``max_delay=`` (Celery: ``ladder_max_delay``).
+MAX_DELAY = 3653 * 24 * 3600
 
 #: A delay as the public API accepts it: seconds as a real number, or a timedelta.
 Delay = Union[Real, int, float, timedelta]
@@ -54,13 +58,13 @@ def place(due_at: int, now_ms: int) -> Optional[int]:
     return choose_rung(due_at - now_ms)
 
 
-def hops_for(delay: Delay) -> tuple[int, ...]:
+def hops_for(delay: Delay, *, max_delay: float = MAX_DELAY) -> tuple[int, ...]:
     """Forecast the rungs a message passes through for ``delay``, in order.
 
     Assumes every rung expires exactly on time. ``hops_for(90)`` is
     ``(60, 10, 10, 10)``; an empty tuple means the message is delivered at once.
     """
-    remaining = round(delay_seconds(delay, argument="delay") * 1000)
+    remaining = round(delay_seconds(delay, argument="delay", max_delay=max_delay) * 1000)
     hops: list[int] = []
     while True:
         rung = choose_rung(remaining)
@@ -96,28 +100,57 @@ def parse_due_at(value: object) -> Optional[int]:
     return None
 
 
-def delay_seconds(delay: object, *, argument: str = "delay") -> float:
-    """Validate a delay and return it in seconds.
+def describe_limit(seconds: float) -> str:
+    """Render a maximum delay for an error message: ``315619200s (3653 days)``."""
+    return f"{seconds:.15g}s ({seconds / 86400:.15g} days)"
 
-    Raises:
-        TypeError: ``delay`` is not a real number or a timedelta.
-        ValueError: ``delay`` is NaN, infinite or longer than :data:`MAX_DELAY`.
-    """
-    if isinstance(delay, timedelta):
-        seconds = delay.total_seconds()
-    elif isinstance(delay, Real) and not isinstance(delay, bool):
-        seconds = float(delay)
+
+def _as_seconds(value: object, argument: str) -> float:
+    """Return a real number of seconds or a timedelta as finite float seconds."""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, Real) and not isinstance(value, bool):
+        seconds = float(value)
     else:
         raise TypeError(
             f"{argument} must be a number of seconds or a datetime.timedelta, "
-            f"not {type(delay).__name__}: {delay!r}"
+            f"not {type(value).__name__}: {value!r}"
         )
     if math.isnan(seconds) or math.isinf(seconds):
-        raise ValueError(f"{argument} must be a finite number of seconds, not {delay!r}")
-    if seconds > MAX_DELAY:
+        raise ValueError(f"{argument} must be a finite number of seconds, not {value!r}")
+    return seconds
+
+
+def check_max_delay(value: object, *, argument: str = "max_delay") -> float:
+    """Validate a maximum delay (seconds, or a timedelta) and return it in seconds.
+
+    Raises:
+        TypeError: ``value`` is not a real number or a timedelta, naming ``argument``.
+        ValueError: ``value`` is not a finite number of seconds above zero.
+    """
+    seconds = _as_seconds(value, argument)
+    if seconds <= 0:
+        raise ValueError(f"{argument} must be a number of seconds above zero, not {value!r}")
+    return seconds
+
+
+def delay_seconds(delay: object, *, argument: str = "delay", max_delay: float = MAX_DELAY) -> float:
+    """Validate a delay and return it in seconds.
+
+    Arguments:
+        delay: seconds as a real number, or a timedelta.
+        argument: the name the error messages give ``delay``.
+        max_delay: the longest delay accepted, in seconds (default :data:`MAX_DELAY`).
+
+    Raises:
+        TypeError: ``delay`` is not a real number or a timedelta.
+        ValueError: ``delay`` is NaN, infinite or longer than ``max_delay``.
+    """
+    seconds = _as_seconds(delay, argument)
+    if seconds > max_delay:
         raise ValueError(
-            f"{argument}={seconds:.15g}s is longer than the maximum of {MAX_DELAY}s "
-            f"(366 days); was it given in milliseconds?"
+            f"{argument}={seconds:.15g}s is longer than the maximum delay of {describe_limit(max_delay)}; "
+            f"was it given in milliseconds? (raise the limit with max_delay=, in Celery ladder_max_delay)"
         )
     return seconds
 
@@ -146,6 +179,7 @@ def due_at_ms(
     *,
     countdown: Optional[Delay] = None,
     eta: Optional[datetime] = None,
+    max_delay: float = MAX_DELAY,
 ) -> int:
     """Return the due time in epoch milliseconds from ``countdown`` or ``eta``.
 
@@ -153,6 +187,7 @@ def due_at_ms(
         now: the current time in epoch seconds.
         countdown: seconds (or a timedelta) from ``now``.
         eta: an aware datetime.
+        max_delay: the longest delay accepted, in seconds (default :data:`MAX_DELAY`).
 
     Raises:
         ValueError: both or neither of ``countdown`` and ``eta`` were given, or
@@ -164,9 +199,10 @@ def due_at_ms(
     now_ms = math.floor(now * 1000)
     if eta is not None:
         due = to_millis(eta, argument="eta")
-        if due - now_ms > MAX_DELAY * 1000:
+        if due - now_ms > max_delay * 1000:
             raise ValueError(
-                f"eta={eta.isoformat()} is more than {MAX_DELAY}s (366 days) ahead"
+                f"eta={eta.isoformat()} is more than the maximum delay of {describe_limit(max_delay)} ahead "
+                f"(raise the limit with max_delay=, in Celery ladder_max_delay)"
             )
         return due
-    return now_ms + round(delay_seconds(countdown, argument="countdown") * 1000)
+    return now_ms + round(delay_seconds(countdown, argument="countdown", max_delay=max_delay) * 1000)

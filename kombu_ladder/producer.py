@@ -12,9 +12,10 @@ from typing import Any, Callable, Optional
 
 from kombu import Exchange, Producer
 
+from .compat import PUBLISH_OPTIONS
 from .contract import EXCHANGE, MESSAGE_TYPE, rung_name
 from .envelope import scheduled_headers
-from .plan import Delay, due_at_ms, place
+from .plan import MAX_DELAY, Delay, check_max_delay, due_at_ms, place
 from .targets import is_internal, name_problem
 from .text import quote
 from .topology import declare
@@ -80,6 +81,9 @@ class LadderProducerMixin:
     #: Where "now" comes from, in epoch seconds; injectable for tests and simulators.
     clock: Callable[[], float] = staticmethod(time.time)
 
+    #: The longest ``countdown``/``eta`` accepted, in seconds: a guard against unit mistakes.
+    max_delay: float = MAX_DELAY
+
     def publish(  # type: ignore[override]
         self,
         body: Any,
@@ -96,14 +100,15 @@ class LadderProducerMixin:
 
         Raises:
             TypeError: ``countdown`` or ``eta`` has the wrong type.
-            ValueError: ``countdown`` is NaN, infinite or too long, ``eta`` is
-                naive, or the default exchange is targeted without a routing key.
+            ValueError: ``countdown`` is NaN, infinite or longer than :attr:`max_delay`,
+                ``eta`` is naive or further ahead than :attr:`max_delay`, or the default
+                exchange is targeted without a routing key.
         """
         if countdown is None and eta is None:
             return super().publish(body, routing_key, *args, **kwargs)  # type: ignore[misc]
         params, properties = _publish_arguments(self, body, routing_key, args, kwargs)
         now = self.clock()  # one reading: countdown=3600 waits in the 1 h rung, not a ms short of it
-        due = due_at_ms(now, countdown=countdown, eta=eta)
+        due = due_at_ms(now, countdown=countdown, eta=eta, max_delay=self.max_delay)
         return self._publish_delayed(due, params, properties, now_ms=int(now * 1000))
 
     def _publish_delayed(self, due: int, params: dict[str, Any], properties: dict[str, Any],
@@ -128,17 +133,9 @@ class LadderProducerMixin:
             params["body"], params["serializer"], params["content_type"],
             params["content_encoding"], params["compression"], headers,
         )
-        common = {
-            "content_type": content_type,
-            "content_encoding": content_encoding,
-            "priority": params["priority"],
-            "mandatory": params["mandatory"],
-            "retry": params["retry"],
-            "retry_policy": params["retry_policy"],
-            "declare": params["declare"],
-            "timeout": params["timeout"],
-            "confirm_timeout": params["confirm_timeout"],
-        }
+        common = {name: params[name] for name in PUBLISH_OPTIONS}
+        common["content_type"] = content_type
+        common["content_encoding"] = content_encoding
         rung = place(due, int(self.clock() * 1000) if now_ms is None else now_ms)
         if rung is None:
             return super().publish(  # type: ignore[misc]
@@ -178,9 +175,17 @@ class LadderProducerMixin:
 
 
 class LadderProducer(LadderProducerMixin, Producer):
-    """A :class:`kombu.Producer` whose ``publish`` accepts ``countdown=`` and ``eta=``."""
+    """A :class:`kombu.Producer` whose ``publish`` accepts ``countdown=`` and ``eta=``.
 
-    def __init__(self, *args: Any, clock: Optional[Callable[[], float]] = None, **kwargs: Any) -> None:
+    ``clock`` replaces :attr:`~LadderProducerMixin.clock`; ``max_delay`` (seconds,
+    default :data:`~kombu_ladder.plan.MAX_DELAY`, ten years) replaces
+    :attr:`~LadderProducerMixin.max_delay`.
+    """
+
+    def __init__(self, *args: Any, clock: Optional[Callable[[], float]] = None,
+                 max_delay: Optional[float] = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if clock is not None:
             self.clock = clock
+        if max_delay is not None:
+            self.max_delay = check_max_delay(max_delay)

@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, Optional
 from kombu.compression import compress
 
 from .contract import ORIGINAL_ROUTING_KEY, PREFETCH, REPUBLISH_COUNT, RUNGS, describe
-from .plan import Delay, delay_seconds, parse_due_at, to_millis
+from .plan import MAX_DELAY, Delay, check_max_delay, delay_seconds, parse_due_at, to_millis
 from .producer import LadderProducer
 from .relay import Relay
 from .topology import declare
@@ -82,20 +82,24 @@ class Scheduler:
         serializer: Optional[str] = None,
         prefetch: int = PREFETCH,
         allowed_exchanges: Optional[Iterable[str]] = None,
+        max_delay: float = MAX_DELAY,
     ) -> None:
         self.connection = connection
         self.clock = clock
+        #: The longest delay accepted (seconds), for publishing and for the relay.
+        self.max_delay = check_max_delay(max_delay)
         self._scheduled = 0
         self._lock = threading.Lock()
         declare(connection)
         self._channel = _confirming(connection.channel())
-        self._producer = LadderProducer(self._channel, serializer=serializer, clock=clock)
+        self._producer = LadderProducer(self._channel, serializer=serializer, clock=clock,
+                                        max_delay=self.max_delay)
         self._relay: Optional[Relay] = None
         self._thread: Optional[threading.Thread] = None
         self._relay_connection: Any = None
         self._closed = False
         if relay:
-            self._start_relay(prefetch=prefetch, allowed_exchanges=allowed_exchanges)
+            self._start_relay(prefetch=prefetch, allowed_exchanges=allowed_exchanges, max_delay=self.max_delay)
 
     @classmethod
     def on(cls, connection: Any, *, relay: bool = True, **options: Any) -> "Scheduler":
@@ -104,7 +108,8 @@ class Scheduler:
         Arguments:
             connection: a :class:`kombu.Connection`.
             relay: run a relay in a background thread on a connection of its own.
-            **options: ``clock``, ``serializer``, ``prefetch``, ``allowed_exchanges``.
+            **options: ``clock``, ``serializer``, ``prefetch``, ``allowed_exchanges``,
+                ``max_delay`` (seconds, default ten years).
 
         Returns:
             The scheduler; use it as a context manager, or call :meth:`close`.
@@ -130,10 +135,11 @@ class Scheduler:
 
         Raises:
             TypeError: ``delay`` is not a number or timedelta, or ``routing_key`` not a str.
-            ValueError: ``delay`` is NaN, infinite or over :data:`~kombu_ladder.plan.MAX_DELAY`,
+            ValueError: ``delay`` is NaN, infinite or over ``max_delay`` (:data:`~kombu_ladder.plan.MAX_DELAY`),
                 or ``routing_key`` is empty for the default exchange.
         """
-        delay_seconds(delay, argument="delay")  # None would otherwise mean "no delay" to the producer
+        # Checked here: None would otherwise mean "no delay" to the producer.
+        delay_seconds(delay, argument="delay", max_delay=self.max_delay)
         self._publish(payload, routing_key, exchange, countdown=delay, **kwargs)
 
     def at(self, when: datetime, payload: Any, *, routing_key: str, exchange: str = "", **kwargs: Any) -> None:
@@ -160,7 +166,7 @@ class Scheduler:
         """
         if not isinstance(queue, str) or not queue:
             raise ValueError(f"queue must be the name of the queue to return to, not {queue!r}")
-        delay_seconds(delay, argument="delay")  # None would otherwise republish at once
+        delay_seconds(delay, argument="delay", max_delay=self.max_delay)  # None would otherwise republish at once
         headers = dict(message.headers or {})
         headers[ORIGINAL_ROUTING_KEY] = original_routing_key(message)
         count = republish_count(message) + 1

@@ -52,10 +52,11 @@ class SimulatorBackend:
 
     name = "simulator"
 
-    def __init__(self, broker: Optional[Any] = None) -> None:
+    def __init__(self, broker: Optional[Any] = None, *, rabbitmq: str = "3.10") -> None:
         from kombu_ladder.simulator import SimulatedBroker
 
-        self.broker = broker if broker is not None else SimulatedBroker(expiry_lag=self.expiry_lag)
+        self.broker = broker if broker is not None else SimulatedBroker(expiry_lag=self.expiry_lag,
+                                                                         rabbitmq=rabbitmq)
         #: The virtual clock (epoch seconds).
         self.clock: Callable[[], float] = self.broker.now
 

@@ -121,12 +121,15 @@ def ladder_backend(request: pytest.FixtureRequest) -> Iterator[object]:
     """The broker a behaviour test runs on, with the ladder queues emptied first.
 
     ``rabbitmq`` is this session's vhost on the real broker, ``simulator`` a fresh
-    in-memory broker on a virtual clock (see ``tests/backends.py``).
+    in-memory broker on a virtual clock (see ``tests/backends.py``), behaving as the
+    RabbitMQ release ``--ladder-rabbitmq`` names (3.10 by default; CI runs 4.3 too).
     """
     from backends import RabbitBackend, SimulatorBackend
 
     if request.param == "simulator":
-        simulated = SimulatorBackend()
+        from kombu_ladder.pytest_plugin import simulated_rabbitmq
+
+        simulated = SimulatorBackend(rabbitmq=simulated_rabbitmq(request.config))
         try:
             yield simulated
         finally:

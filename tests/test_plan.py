@@ -139,7 +139,8 @@ def test_due_at_ms(kwargs: dict, expected: int) -> None:
         ({"countdown": True}, TypeError, "countdown"),
         ({"countdown": [10]}, TypeError, "countdown"),
         ({"countdown": plan.MAX_DELAY + 1}, ValueError, "countdown"),
-        ({"countdown": timedelta(days=400)}, ValueError, "countdown"),
+        ({"countdown": timedelta(days=3654)}, ValueError, "countdown"),
+        ({"countdown": 31_536_000_000}, ValueError, "countdown"),  # a year in milliseconds
         ({"eta": datetime(2030, 1, 1)}, ValueError, "eta"),
         ({"eta": "2030-01-01T00:00:00Z"}, TypeError, "eta"),
         ({"eta": 1_700_000_000}, TypeError, "eta"),
@@ -168,10 +169,43 @@ def test_hops_for_bad_input_names_the_argument(given: object, error: type) -> No
         plan.hops_for(given)
 
 
-def test_max_delay_is_366_days_and_accepted() -> None:
-    assert plan.MAX_DELAY == 366 * 24 * 3600
+def test_max_delay_is_ten_years_and_accepted() -> None:
+    assert plan.MAX_DELAY == 3653 * 24 * 3600
     assert plan.delay_seconds(plan.MAX_DELAY) == plan.MAX_DELAY
-    assert len(plan.hops_for(plan.MAX_DELAY)) == 366 * 24
+    assert len(plan.hops_for(plan.MAX_DELAY)) == 3653 * 24
+
+
+def test_a_two_year_eta_is_accepted_as_vanilla_celery_accepts_it() -> None:
+    two_years = datetime.fromtimestamp(NOW + 2 * 365 * 86400, timezone.utc)
+    assert plan.due_at_ms(NOW, eta=two_years) == NOW * 1000 + 2 * 365 * 86_400_000
+
+
+def test_a_unit_mistake_names_the_argument_and_the_setting_that_raises_the_limit() -> None:
+    with pytest.raises(ValueError, match=r"countdown=31536000000s .*milliseconds.*ladder_max_delay"):
+        plan.due_at_ms(NOW, countdown=31_536_000_000)
+
+
+@pytest.mark.parametrize("max_delay", [60, timedelta(minutes=1), 60.0])
+def test_max_delay_is_a_parameter(max_delay: object) -> None:
+    limit = plan.check_max_delay(max_delay)
+    assert plan.due_at_ms(NOW, countdown=60, max_delay=limit) == (NOW + 60) * 1000
+    with pytest.raises(ValueError, match="countdown=61s is longer than the maximum delay of 60s"):
+        plan.due_at_ms(NOW, countdown=61, max_delay=limit)
+    with pytest.raises(ValueError, match="eta=.* is more than the maximum delay of 60s"):
+        plan.due_at_ms(NOW, eta=datetime.fromtimestamp(NOW + 61, timezone.utc), max_delay=limit)
+    assert plan.hops_for(3600, max_delay=4000) == (3600,)
+    with pytest.raises(ValueError, match="delay=3600s"):
+        plan.hops_for(3600, max_delay=limit)
+
+
+@pytest.mark.parametrize(
+    "given,error",
+    [(0, ValueError), (-5, ValueError), (math.nan, ValueError), (math.inf, ValueError),
+     ("10y", TypeError), (True, TypeError), (None, TypeError)],
+)
+def test_check_max_delay_refuses_nonsense_naming_the_argument(given: object, error: type) -> None:
+    with pytest.raises(error, match="ladder_max_delay"):
+        plan.check_max_delay(given, argument="ladder_max_delay")
 
 
 @pytest.mark.parametrize(

@@ -143,7 +143,7 @@ def test_topology_is_declared_before_the_first_delayed_publish(ladder_backend: A
         ({"countdown": "10"}, TypeError, "countdown"),
         ({"eta": datetime(2030, 1, 1)}, ValueError, "eta"),
         ({"countdown": 10, "routing_key": ""}, ValueError, "routing_key"),
-        ({"countdown": 400 * 86400}, ValueError, "countdown"),
+        ({"countdown": 400 * 86_400_000}, ValueError, "countdown"),  # 400 days in milliseconds
     ],
 )
 def test_producer_bad_input(ladder_backend: Any, kwargs: dict[str, Any], error: type, name: str) -> None:
@@ -152,3 +152,29 @@ def test_producer_bad_input(ladder_backend: Any, kwargs: dict[str, Any], error: 
         kwargs.setdefault("routing_key", "t.bad")
         with pytest.raises(error, match=name):
             producer.publish(b"x", **kwargs)
+
+
+def test_a_delay_of_two_years_waits_in_the_hour_rung_with_its_due_time(ladder_backend: Any) -> None:
+    two_years = 2 * 365 * 86400
+    with ladder_backend.connection() as conn:
+        declare(conn)
+        producer = LadderProducer(conn.default_channel, clock=ladder_backend.clock)
+        now_ms = int(ladder_backend.clock() * 1000)
+        producer.publish(b"later", exchange="billing", routing_key="invoice", countdown=two_years)
+        contents = rung_contents(conn)
+        assert list(contents) == ["acemq.schedule.1h"]
+        due = contents["acemq.schedule.1h"][0].headers["x-schedule-due-at"]
+        assert 0 <= due - (now_ms + two_years * 1000) < 1000
+
+
+def test_max_delay_keyword_lowers_and_raises_the_limit(ladder_backend: Any) -> None:
+    with ladder_backend.connection() as conn:
+        declare(conn)
+        short = LadderProducer(conn.default_channel, clock=ladder_backend.clock, max_delay=3600)
+        with pytest.raises(ValueError, match="countdown=3601s is longer than the maximum delay of 3600s"):
+            short.publish(b"x", routing_key="t.bad", countdown=3601)
+        long = LadderProducer(conn.default_channel, clock=ladder_backend.clock, max_delay=20 * 365 * 86400)
+        long.publish(b"y", exchange="billing", routing_key="invoice", countdown=15 * 365 * 86400)
+        assert [m.body for m in rung_contents(conn)["acemq.schedule.1h"]] == [b"y"]
+        with pytest.raises(ValueError, match="max_delay"):
+            LadderProducer(conn.default_channel, max_delay=0)

@@ -10,6 +10,7 @@ from typing import Any, Callable, Iterable, Optional
 from .. import readable, wire
 from ..contract import CONTROL, EXCHANGE, PARKING, PREFETCH
 from ..envelope import Deliver, Hop, Park, decide
+from ..plan import MAX_DELAY, check_max_delay
 from ..text import escape, quote
 from . import link, outgoing
 from .closes import ChannelCloses
@@ -52,7 +53,10 @@ class RelayCore(ChannelCloses):
         counters: Optional[Counters] = None,
         exchange_check: Optional[Callable[[str], Optional[str]]] = None,
         max_refusals: int = MAX_REFUSALS,
+        max_delay: float = MAX_DELAY,
     ) -> None:
+        #: A due time further ahead than this (ms) is parked as malformed: a unit mistake.
+        self.max_delay_ms = round(check_max_delay(max_delay) * 1000)
         if not isinstance(prefetch, int) or isinstance(prefetch, bool) or prefetch < 1:
             raise ValueError(f"prefetch must be a positive integer, not {prefetch!r}")
         if not isinstance(max_refusals, int) or isinstance(max_refusals, bool) or max_refusals < 0:
@@ -173,7 +177,8 @@ class RelayCore(ChannelCloses):
         repeated = outgoing.twice(props, job.headers)
         if repeated is not None:
             return self._park(job, f"malformed: header {repeated} is given more than once")
-        decision = decide(job.headers, properties, int(self.clock() * 1000), allow_exchange=self.allow)
+        decision = decide(job.headers, properties, int(self.clock() * 1000), allow_exchange=self.allow,
+                          max_delay_ms=self.max_delay_ms)
         if isinstance(decision, Deliver) and decision.exchange and self.exchange_check is not None:
             # A publish the broker refuses outright (a missing exchange, one the relay may not
             # write) closes the channel: better asked first (the answer is cached).

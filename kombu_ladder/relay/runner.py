@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterable, Optional
 from kombu.mixins import ConsumerMixin
 
 from ..contract import CONTROL, PREFETCH
+from ..plan import MAX_DELAY
 from ..targets import ExchangeCheck
 from ..topology import declare
 from .core import RelayCore
@@ -48,11 +49,12 @@ class Relay(ConsumerMixin):
         prefetch: int = PREFETCH,
         allowed_exchanges: Optional[Iterable[str]] = None,
         report_every: Optional[float] = None,
+        max_delay: float = MAX_DELAY,
     ) -> None:
         self.connection = connection
         self.exchange_check = ExchangeCheck(connection.clone())
         self.core = RelayCore(clock=clock, prefetch=prefetch, allowed_exchanges=allowed_exchanges,
-                              exchange_check=self.exchange_check)
+                              exchange_check=self.exchange_check, max_delay=max_delay)
         self.report_every = report_every
         self._last_report = self._last_tick = time.monotonic()
         #: Set once the relay consumes from the control queue.

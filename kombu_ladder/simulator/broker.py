@@ -14,6 +14,7 @@ from kombu.transport import pyamqp
 
 from .clock import VirtualClock
 from .core import BrokerCore
+from .profiles import DEFAULT, profile_for
 from .registry import install_scheme, register, unique_name
 from .transport import SCHEME
 from .wire import client_body, copy_decoded
@@ -54,12 +55,18 @@ class SimulatedBroker(BrokerCore):
             remaining time after each hop falls just short of the next rung
             and the ladder takes smaller rungs; ``expiry_lag=0.002``
             reproduces RabbitMQ's hop counts.
+        rabbitmq: the RabbitMQ release to behave as: ``"3.10"`` (the default) or
+            ``"4.3"``, which refuses ``x-queue-mode``, ``x-queue-version=1`` and
+            transient non-exclusive queues, and applies ``basic.qos(global=true)``
+            per consumer (see :mod:`kombu_ladder.simulator.profiles`).
     """
 
     def __init__(self, *, start: Optional[Union[float, datetime]] = None, name: Optional[str] = None,
-                 record: bool = True, settle_timeout: float = 10.0, expiry_lag: float = 0.0) -> None:
+                 record: bool = True, settle_timeout: float = 10.0, expiry_lag: float = 0.0,
+                 rabbitmq: str = DEFAULT) -> None:
         super().__init__(VirtualClock(start), record=record,
                          expiry_lag=VirtualClock.to_ms(expiry_lag, argument="expiry_lag"))
+        self.profile = profile_for(rabbitmq)
         self.name = name or unique_name()
         self.settle_timeout = settle_timeout
         self._driven: list[Any] = []

@@ -217,7 +217,7 @@ class Channel(Inbound, virtual.Channel):
 
     @_channel_op
     def basic_qos(self, prefetch_size: int = 0, prefetch_count: int = 0, a_global: bool = False) -> None:
-        if a_global:
+        if self.broker.profile.qos_is_global(a_global):  # RabbitMQ 4.3 applies global QoS per consumer
             self.global_prefetch = int(prefetch_count)
         else:
             self.prefetch = int(prefetch_count)

@@ -18,6 +18,7 @@ from .entities import (
     check_equivalent,
     check_queue_arguments,
 )
+from .profiles import DEFAULT, PROFILES, Profile
 from .wire import round_trip_table
 
 __all__ = ["Declarations", "PREDECLARED", "INTERNAL", "token"]
@@ -39,6 +40,8 @@ class Declarations:
 
     vhost: str
     lock: Any
+    #: The RabbitMQ release whose refusals apply (see :mod:`.profiles`).
+    profile: Profile = PROFILES[DEFAULT]
     exchanges: dict[str, SimExchange]
     queues: dict[str, SimQueue]
     permissions: Any
@@ -155,6 +158,8 @@ class Declarations:
                 name = token("amq.gen-")
             self.permissions.check("configure", "queue", name, method)
             arguments = round_trip_table(arguments)
+            self.profile.check_queue_declare(name, self.vhost, durable=bool(durable), exclusive=bool(exclusive),
+                                             arguments=arguments)
             existing = self.queues.get(name)
             if existing is not None:
                 self._check_owner(existing, channel, method)

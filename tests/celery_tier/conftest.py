@@ -13,6 +13,7 @@ from celery.contrib.pytest import (  # noqa: F401 - fixtures used by name
 )
 from celery.contrib.testing.app import TestApp, setup_default_app
 from kombu import Connection
+from kombu.asynchronous import set_event_loop
 
 import celery_ladder
 
@@ -29,6 +30,11 @@ def celery_overrides() -> dict[str, Any]:
 def celery_app(broker_url: str, connection: Connection, celery_overrides: dict[str, Any]) -> Iterator[Any]:
     """A Celery app on the session vhost with the ladder installed; replaces celery.contrib.pytest's."""
     purge_queues(broker_url)
+    # Celery 5.3 and 5.4: an embedded worker reuses kombu's process-wide event loop, and with it
+    # the timer of the first worker the process started, which stops with that worker; a later
+    # test's worker then never fires its ETA timers. A fresh loop per test's worker avoids it
+    # (Celery 5.5+ keeps the hub's timers working across workers).
+    set_event_loop(None)
     config = {"broker_url": broker_url, "broker_connection_retry_on_startup": True, **celery_overrides}
     app = TestApp(set_as_current=False, config=config)
     celery_ladder.install(app)

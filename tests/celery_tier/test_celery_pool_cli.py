@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from kombu import Connection, Producer, Queue
 from rabbit_helpers import fresh_vhost, queue_depth, vhost_url  # noqa: F401 - fresh_vhost is a fixture
 
 import celery_ladder
+from celery_ladder.pool import POOL_PATH
 from kombu_ladder.contract import CONTROL, MESSAGE_TYPE, PARKED_REASON, PARKING, rung_names
 from kombu_ladder.envelope import scheduled_headers
 from kombu_ladder.topology import declare as declare_topology
@@ -47,13 +49,13 @@ def _env(broker_url: str) -> dict[str, str]:
 class Worker:
     """A ``celery worker -P ladder`` subprocess."""
 
-    def __init__(self, broker_url: str, log_dir: Path) -> None:
+    def __init__(self, broker_url: str, log_dir: Path, *, app: str = "poolapp", queue: str = POOL_QUEUE) -> None:
         self.hostname = f"ladder-{uuid.uuid4().hex[:6]}@test"
         self.log = log_dir / "worker.log"
         self.out = self.log.open("w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "poolapp", "worker", "-P", "ladder", "--concurrency", "2",
-             "-Q", POOL_QUEUE, "-n", self.hostname, "-l", "info", "--without-gossip", "--without-mingle"],
+            [sys.executable, "-m", "celery", "-A", app, "worker", "-P", "ladder", "--concurrency", "2",
+             "-Q", queue, "-n", self.hostname, "-l", "info", "--without-gossip", "--without-mingle"],
             cwd=HERE, env=_env(broker_url), stdout=self.out, stderr=subprocess.STDOUT,
         )
 
@@ -68,6 +70,16 @@ class Worker:
 
     def output(self) -> str:
         return self.log.read_text()
+
+    def wait_relaying(self, app: Any) -> None:
+        """Wait until the worker answers ``inspect ladder`` with its relay running (it died: fail)."""
+
+        def relaying() -> bool:
+            assert self.proc.poll() is None, self.output()
+            replies = app.control.broadcast("ladder", reply=True, timeout=1, limit=1, destination=[self.hostname])
+            return bool(replies) and replies[0][self.hostname].get("relay") is True
+
+        wait_for(relaying, timeout=60, interval=0.5, message="the -P ladder worker and its relay")
 
 
 @pytest.fixture(scope="module")
@@ -84,15 +96,8 @@ def publisher(broker_url: str) -> Iterator[Any]:
 @pytest.fixture(scope="module")
 def pool_worker(broker_url: str, publisher: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
     worker = Worker(broker_url, tmp_path_factory.mktemp("pool-worker"))
-
-    def relaying() -> bool:
-        assert worker.proc.poll() is None, worker.output()
-        replies = publisher.control.broadcast("ladder", reply=True, timeout=1, limit=1,
-                                              destination=[worker.hostname])
-        return bool(replies) and replies[0][worker.hostname].get("relay") is True
-
     try:
-        wait_for(relaying, timeout=60, interval=0.5, message="the -P ladder worker and its relay")
+        worker.wait_relaying(publisher)
         yield worker
     finally:
         code = worker.stop()
@@ -110,9 +115,11 @@ def test_pool_ladder_with_concurrency_and_queues_runs_delayed_tasks_on_time(publ
         assert got["routing_key"] == POOL_QUEUE
     stats = publisher.control.inspect(destination=[pool_worker.hostname], timeout=5, limit=1).stats()
     pool = stats[pool_worker.hostname]["pool"]
-    assert pool["implementation"] == "celery_ladder.pool:TaskPool"
+    assert pool["implementation"] == POOL_PATH == "celery_ladder.concurrency.ladder:TaskPool"
     assert pool["max-concurrency"] == 2 and len(pool["processes"]) == 2
     assert "ladder relay consuming from acemq.schedule.due" in pool_worker.output()
+    banner = re.search(r"concurrency: (.*)", pool_worker.output())
+    assert banner is not None and banner.group(1).strip() == "2 (ladder)", pool_worker.output()[:2000]
 
 
 def test_inspect_ladder_reports_the_relay_counters(broker_url: str, publisher: Any, pool_worker: Worker) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from celery_ladder import LadderAMQP, LadderSettings
 from celery_ladder.bootstep import LadderRelay
 from celery_ladder.publish import scheduled_count
 from kombu_ladder.contract import CONTROL, rung_names
+from kombu_ladder.plan import MAX_DELAY
 
 from .helpers import queue_depth, relay_of
 
@@ -37,6 +39,36 @@ def test_settings_from_conf(given: dict[str, Any], expected: LadderSettings) -> 
 def test_a_bad_setting_is_a_value_error_naming_it_and_its_django_name(name: str, value: Any) -> None:
     with pytest.raises(ValueError, match=rf"{name} \(CELERY_{name.upper()} in Django settings\)"):
         LadderSettings.from_conf({name: value})
+
+
+@pytest.mark.parametrize("given,expected", [
+    (None, float(MAX_DELAY)), (86400, 86400.0), ("3600", 3600.0), (" 90.5 ", 90.5),
+    (timedelta(days=4000), 4000 * 86400.0),
+])
+def test_ladder_max_delay_defaults_to_ten_years_and_reads_seconds(given: Any, expected: float) -> None:
+    assert LadderSettings.from_conf({"ladder_max_delay": given}).max_delay == expected
+    assert LadderSettings().max_delay == MAX_DELAY == 3653 * 86400
+
+
+@pytest.mark.parametrize("value,error", [
+    (0, ValueError), (-1, ValueError), ("ten years", ValueError), ("nan", ValueError), (True, TypeError),
+    ([1], TypeError),
+])
+def test_a_bad_ladder_max_delay_names_the_setting_and_its_django_name(value: Any, error: type) -> None:
+    with pytest.raises(error, match=r"ladder_max_delay \(CELERY_LADDER_MAX_DELAY in Django settings\)"):
+        LadderSettings.from_conf({"ladder_max_delay": value})
+
+
+def test_ladder_max_delay_bounds_a_publish_and_a_two_year_eta_is_accepted_by_default() -> None:
+    app = celery_ladder.install(Celery("x", broker="memory://", set_as_current=False))
+    app.conf.ladder_max_delay = 60
+    producer = app.amqp.Producer(app.connection_for_write().default_channel)
+    eta = (datetime.now(timezone.utc) + timedelta(seconds=120)).isoformat()
+    headers = {"task": "t", "id": "1", "eta": eta}
+    with pytest.raises(ValueError, match="maximum delay of 60s .*ladder_max_delay"):
+        producer.publish(b"{}", routing_key="q", headers=headers)
+    app.conf.ladder_max_delay = None
+    assert producer.max_delay == MAX_DELAY
 
 
 def test_settings_are_frozen() -> None:

@@ -1,0 +1,1 @@
+"""Pool classes, one module each, named as Celery names its own (``celery.concurrency.<pool>``)."""

@@ -1,0 +1,76 @@
+"""RabbitMQ release profiles: what a 4.3 broker refuses or treats differently from 3.10."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from amqp import spec
+from amqp.exceptions import InternalError, PreconditionFailed
+
+__all__ = ["Profile", "PROFILES", "DEFAULT", "profile_for"]
+
+#: The profile a SimulatedBroker uses unless told otherwise: the RabbitMQ this repository is tested on.
+DEFAULT = "3.10"
+
+#: 4.3's text for a transient non-exclusive queue (rabbit_deprecated_features' warning, shortened).
+E_TRANSIENT_NONEXCL = (
+    "INTERNAL_ERROR - Feature `transient_nonexcl_queues` is deprecated. By default, this feature is not "
+    "permitted anymore. Use durable queues, transient exclusive queues, or durable queues with a queue TTL."
+)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What one RabbitMQ release refuses or treats differently (only what the ladder can meet)."""
+
+    #: The release, as given to ``SimulatedBroker(rabbitmq=...)``.
+    name: str
+    #: ``basic.qos(global=true)`` limits the whole channel (3.x); from 4.3 (deprecated feature
+    #: ``global_qos`` denied by default) the broker quietly applies it per consumer instead.
+    global_qos: bool = True
+    #: Declaring a queue with ``x-queue-mode`` (any value) or ``x-queue-version=1`` works (3.x);
+    #: 4.3 removed classic queues v1 and refuses both.
+    cqv1_arguments: bool = True
+    #: A non-durable, non-exclusive queue can be declared (3.x); 4.3 refuses it by default
+    #: (deprecated feature ``transient_nonexcl_queues``) and closes the connection.
+    transient_nonexclusive: bool = True
+
+    def check_queue_declare(self, name: str, vhost: str, *, durable: bool, exclusive: bool,
+                            arguments: dict[str, Any]) -> None:
+        """Raise what this release answers to a declaration it refuses (nothing for one it accepts)."""
+        method = spec.Queue.Declare
+        if not self.cqv1_arguments:
+            if "x-queue-mode" in arguments:
+                raise PreconditionFailed(
+                    f"PRECONDITION_FAILED - invalid arg 'x-queue-mode' for queue '{name}' in vhost '{vhost}': "
+                    "classic queue v1 (queue modes) was removed in RabbitMQ 4.3", method, reply_code=406)
+            if arguments.get("x-queue-version") == 1:
+                raise PreconditionFailed(
+                    f"PRECONDITION_FAILED - invalid arg 'x-queue-version' for queue '{name}' in vhost "
+                    f"'{vhost}': unsupported queue version '1'", method, reply_code=406)
+        if not self.transient_nonexclusive and not durable and not exclusive:
+            raise InternalError(E_TRANSIENT_NONEXCL, method, reply_code=541)
+
+    def qos_is_global(self, a_global: bool) -> bool:
+        """Whether a ``basic.qos`` with this ``global`` flag limits the whole channel."""
+        return a_global and self.global_qos
+
+
+#: Every profile by name. "3.10" is what the repository's real broker runs.
+PROFILES: dict[str, Profile] = {
+    "3.10": Profile("3.10"),
+    "4.3": Profile("4.3", global_qos=False, cqv1_arguments=False, transient_nonexclusive=False),
+}
+
+
+def profile_for(name: str) -> Profile:
+    """Return the profile called ``name``.
+
+    Raises:
+        ValueError: no such profile, naming the argument and the known ones.
+    """
+    try:
+        return PROFILES[str(name)]
+    except KeyError:
+        raise ValueError(f"rabbitmq={name!r} is not a simulator profile; known: {sorted(PROFILES)}") from None

@@ -1,0 +1,99 @@
+"""Beside Celery's native delayed delivery (5.5+): with the ladder installed, the ladder wins.
+
+The app's queue is a quorum queue bound to a topic exchange, with publisher confirms:
+exactly what makes Celery 5.5+ readdress every countdown task to ``celery_delayed_27``
+and its workers declare the 28-level ``celery_delayed_*`` topology. With
+``celery_ladder.install(app)`` the task waits in the ladder instead, a ``-P ladder``
+worker runs it on time, and nothing ever enters ``celery_delayed_*``. With
+``ladder_enabled = False`` the same app goes back to native delayed delivery.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any, Iterator
+
+import celery
+import pytest
+from celery.utils.time import maybe_iso8601
+from conftest import wait_for
+from rabbit_helpers import fresh_vhost, list_exchanges, vhost_url  # noqa: F401 - fixture
+
+import celery_ladder
+from celery_ladder.publish import NATIVE_DELAYED_PREFIX, scheduled_count
+
+from .nativeapp import NATIVE_EXCHANGE, NATIVE_KEY, NATIVE_QUEUE, make_app
+from .test_celery_pool_cli import Worker
+
+pytestmark = [
+    pytest.mark.broker, pytest.mark.celery,
+    pytest.mark.skipif(celery.VERSION < (5, 5), reason="Celery has native delayed delivery from 5.5 on; before "
+                       "it, its workers cannot consume a quorum queue (global QoS)"),
+]
+
+#: Countdowns (seconds), published out of order.
+DELAYS = (3.0, 1.5, 4.5, 2.2)
+
+
+def waiting(vhost: str, prefix: str) -> dict[str, int]:
+    """Messages (ready or not) in each queue of ``vhost`` whose name starts with ``prefix``."""
+    out = subprocess.run(["rabbitmqctl", "-q", "list_queues", "-p", vhost, "name", "messages", "--formatter",
+                          "json"], check=True, capture_output=True, text=True, timeout=60).stdout.strip()
+    return {row["name"]: int(row["messages"] or 0) for row in json.loads(out or "[]")
+            if row["name"].startswith(prefix)}
+
+
+@pytest.fixture
+def native_setup(fresh_vhost: str, tmp_path: Path) -> Iterator[tuple[str, Any, Worker]]:  # noqa: F811
+    url = vhost_url(fresh_vhost)
+    publisher = celery_ladder.install(make_app(url))
+    worker = Worker(url, tmp_path, app="nativeapp", queue=NATIVE_QUEUE)
+    try:
+        worker.wait_relaying(publisher)
+        # Native delayed delivery is armed: the worker's own bootstep declared its topology.
+        wait_for(lambda: "celery_delayed_27" in list_exchanges(fresh_vhost), timeout=30,
+                 message="Celery's native delayed-delivery topology (celery_delayed_27)")
+        yield fresh_vhost, publisher, worker
+    finally:
+        code = worker.stop()
+        publisher.close()
+        assert code == 0, worker.output()
+
+
+def test_the_ladder_delays_instead_of_native_delayed_delivery_and_runs_each_task_once_on_time(
+        native_setup: tuple[str, Any, Worker]) -> None:
+    vhost, publisher, worker = native_setup
+    when = publisher.tasks["nativeapp.when"]
+    before = scheduled_count()
+    results = [(delay, when.apply_async(countdown=delay)) for delay in DELAYS]
+    assert scheduled_count() - before == len(DELAYS)  # handed to the ladder
+    for delay, result in results:
+        got = result.get(timeout=max(DELAYS) + 20)
+        late = got["at"] - maybe_iso8601(got["eta"]).timestamp()
+        assert -0.02 <= late <= 1.5, f"countdown={delay} ran {late:+.3f}s from its ETA"
+        # Delivered to the task's own exchange and key, not native's binary-prefixed one.
+        assert (got["exchange"], got["routing_key"]) == (NATIVE_EXCHANGE, NATIVE_KEY)
+    stats = publisher.control.inspect(destination=[worker.hostname], timeout=5, limit=1).stats()
+    assert stats[worker.hostname]["total"] == {"nativeapp.when": len(DELAYS)}, "a task ran twice (or never)"
+    assert sum(waiting(vhost, NATIVE_DELAYED_PREFIX).values()) == 0
+    ladder = publisher.control.broadcast("ladder", reply=True, timeout=2, limit=1, destination=[worker.hostname])
+    assert ladder[0][worker.hostname]["delivered"] == len(DELAYS)
+
+
+def test_with_ladder_enabled_false_native_delayed_delivery_takes_over(native_setup: tuple[str, Any, Worker]) -> None:
+    vhost, publisher, worker = native_setup
+    publisher.conf.ladder_enabled = False
+    before = scheduled_count()
+    result = publisher.tasks["nativeapp.when"].apply_async(countdown=2)
+    assert scheduled_count() == before
+    got = result.get(timeout=30)
+    assert got["at"] >= maybe_iso8601(got["eta"]).timestamp() - 0.02
+    # It came through native's levels: its routing key carries their 28 binary digits.
+    *levels, key = got["routing_key"].split(".", 28)
+    assert len(levels) == 28 and set(levels) <= {"0", "1"} and key == NATIVE_KEY, got["routing_key"]
+    stats = publisher.control.inspect(destination=[worker.hostname], timeout=5, limit=1).stats()
+    assert stats[worker.hostname]["total"] == {"nativeapp.when": 1}
+    ladder = publisher.control.broadcast("ladder", reply=True, timeout=2, limit=1, destination=[worker.hostname])
+    assert ladder[0][worker.hostname]["delivered"] == 0, "the ladder relayed a task native delayed delivery had"
