@@ -24,6 +24,7 @@ from amqp.channel import Channel as AmqpChannel
 from amqp.serialization import decode_properties_basic
 from rabbit_helpers import vhost_url
 
+from kombu_ladder import wire
 from kombu_ladder.contract import CONTENT_TYPE, CONTROL, DUE_AT, PARKING, TARGET_EXCHANGE, TARGET_ROUTING_KEY
 from kombu_ladder.relay.link import RawMessage, guard_of
 
@@ -339,8 +340,33 @@ def corpus_url(fresh_vhost: str) -> str:
     return vhost_url(fresh_vhost)
 
 
+def _amqp_reads_int16() -> bool:
+    """Whether the installed py-amqp reads a header of type ``s`` as RabbitMQ's int16.
+
+    py-amqp before 5.2 read it as the spec's short string (celery/kombu#2354), so it cannot
+    decode a message with such a header at all, whoever republished it.
+    """
+    raw = struct.pack(">H", 0x2000) + struct.pack(">I", 5) + b"\x01ss" + struct.pack(">h", -2)
+    try:
+        return decode_properties_basic(raw, 0)[0].get("application_headers") == {"s": -2}
+    except (UnicodeDecodeError, struct.error, ValueError):
+        return False
+
+
+AMQP_READS_INT16 = _amqp_reads_int16()
+
+
 def decoded(raw: bytes) -> dict[str, Any]:
-    """Decode encoded properties as py-amqp does (every message the relay publishes must allow it)."""
+    """Decode encoded properties as py-amqp does (every message the relay publishes must allow it).
+
+    With a py-amqp that predates int16 headers, a message carrying one is read with the
+    relay's own wire reader instead: no release of that client could read it, as sent.
+    """
+    props = wire.read_properties(raw)
+    if not AMQP_READS_INT16 and any(item[:1] == b"s" for _, item in props.headers or ()):
+        fields: dict[str, Any] = {k: v.decode() if isinstance(v, bytes) else v for k, v in props.fields.items()}
+        fields["application_headers"] = {k.decode(): wire.decode(item) for k, item in props.headers or ()}
+        return fields
     return decode_properties_basic(raw, 0)[0]
 
 
