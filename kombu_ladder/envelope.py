@@ -77,6 +77,8 @@ class Deliver:
     routing_key: str
     headers: dict[str, Any]
     properties: dict[str, Any]
+    #: Its ``x-schedule-due-at`` (epoch ms): a relay that holds it publishes it then (issue 14).
+    due_at: int = 0
 
 
 @dataclass(frozen=True)
@@ -216,6 +218,7 @@ def decide(
     *,
     allow_exchange: Optional[Callable[[str], bool]] = None,
     max_delay_ms: int = MAX_DELAY * 1000,
+    plan: Callable[[int, int], Optional[int]] = place,
 ) -> Decision:
     """Decide what one expired message becomes: a delivery, a hop or a parking.
 
@@ -226,6 +229,8 @@ def decide(
         allow_exchange: optional predicate; a target exchange it refuses is parked.
         max_delay_ms: a due time further ahead than this is parked as malformed
             (a unit mistake); the default is :data:`~kombu_ladder.plan.MAX_DELAY`.
+        plan: ``plan(due_at_ms, now_ms)`` gives the rung or None (deliver); the
+            default is :func:`~kombu_ladder.plan.place`, the contract's rule.
 
     Returns:
         :class:`Deliver`, :class:`Hop` or :class:`Park`.
@@ -270,13 +275,14 @@ def decide(
     if allow_exchange is not None and not allow_exchange(exchange):
         return Park(f"refused: target exchange {quote(exchange)} is not in the relay's allow-list")
 
-    rung = place(due, now_ms)
+    rung = plan(due, now_ms)
     if rung is None:
         return Deliver(
             exchange=exchange,
             routing_key=routing_key,
             headers=strip_for_delivery(headers),
             properties=delivery_properties(headers, properties),
+            due_at=due,
         )
     return Hop(
         rung=rung,

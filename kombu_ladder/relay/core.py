@@ -12,11 +12,13 @@ from ..contract import CONTROL, EXCHANGE, PARKING, PREFETCH
 from ..envelope import Deliver, Hop, Park, decide
 from ..plan import MAX_DELAY, check_max_delay
 from ..text import escape, quote
+from ..timing import HOLD_CAPACITY, HOLD_WINDOW
 from . import link, outgoing
 from .closes import ChannelCloses
 from .counters import AllowList, Counters
 from .notices import Notices
 from .pending import Job, Pending, Publish
+from .residual import Residuals
 from .settle import CONNECTION_ERRORS, MAX_REFUSALS, guarded
 
 __all__ = ["RelayCore", "RelayConsumer"]
@@ -26,7 +28,7 @@ logger = logging.getLogger("kombu_ladder.relay")
 E_MESSAGE = "the relay failed on a message (delivery tag %s); parking it"
 
 
-class RelayCore(ChannelCloses):
+class RelayCore(ChannelCloses, Residuals):
     """The relay's logic on one connection, independent of how it is driven.
 
     :meth:`consumer` takes the channel to consume ``acemq.schedule.due`` on and
@@ -41,7 +43,8 @@ class RelayCore(ChannelCloses):
     is decided, and the one ``except`` around it parks it with the reason.
     The standalone :class:`~kombu_ladder.relay.Relay`, the Celery bootstep and
     the simulator all drive this class; the driver calls :meth:`tick` about
-    once a second, for back-offs and log summaries.
+    once a second, for back-offs and log summaries, and :meth:`fire` when a
+    held message is due (see :class:`~kombu_ladder.relay.residual.Residuals`).
     """
 
     def __init__(
@@ -54,6 +57,8 @@ class RelayCore(ChannelCloses):
         exchange_check: Optional[Callable[[str], Optional[str]]] = None,
         max_refusals: int = MAX_REFUSALS,
         max_delay: float = MAX_DELAY,
+        hold_window: float = HOLD_WINDOW,
+        hold_capacity: int = HOLD_CAPACITY,
     ) -> None:
         #: A due time further ahead than this (ms) is parked as malformed: a unit mistake.
         self.max_delay_ms = round(check_max_delay(max_delay) * 1000)
@@ -77,6 +82,7 @@ class RelayCore(ChannelCloses):
         self._tag: Optional[str] = None
         self._waiting: list[Publish] = []
         self._careful = None
+        self._init_holding(hold_window, hold_capacity)  # issue 14: hold the residual
 
     @property
     def channel(self) -> Any:
@@ -90,6 +96,7 @@ class RelayCore(ChannelCloses):
         self.pending = Pending()
         self._waiting = []
         self._careful = None
+        self.held.clear()  # issue 14: the old channel's held messages went back to the broker
         return RelayConsumer(self)
 
     @property
@@ -103,6 +110,10 @@ class RelayCore(ChannelCloses):
         self._guard = link.guard_of(self._consume)
         self._open_publisher()
         self._open_consumer(self._consume)
+        # issue 14: a driver that keeps virtual time (the simulator) wakes the relay for held messages
+        timers = getattr(getattr(self._consume, "connection", None), "ladder_timers", None)
+        if timers is not None:
+            self.wakeup = timers(self.fire)
 
     def _open_publisher(self) -> None:
         channel = link.sibling(self._consume)
@@ -118,7 +129,9 @@ class RelayCore(ChannelCloses):
         self._consume = channel
         channel.auto_decode = False  # the relay passes bodies on as bytes
         self._guard.watch(channel, self._consume_closed)
-        channel.basic_qos(0, self.prefetch, False)
+        self.held.clear()  # issue 14: a new consuming channel: what was held went back to the broker
+        # issue 14: room for held messages on top of the prefetch, so that they never stall the hops
+        channel.basic_qos(0, self.prefetch + self.held.capacity, False)
         self._tag = channel.basic_consume(CONTROL, callback=self.on_message, no_ack=False)
 
     def _cancel(self) -> None:
@@ -132,7 +145,8 @@ class RelayCore(ChannelCloses):
                 logger.debug("cancelling the relay consumer failed", exc_info=True)
 
     def close(self) -> None:
-        """Close the publishing channel (the consuming one is the driver's)."""
+        """Give held messages back; close the publishing channel (the consuming one is the driver's)."""
+        self._release_held()  # issue 14
         if self._guard is not None:
             self._guard.unwatch(self._publisher)
             self._guard.unwatch(self._consume)
@@ -144,6 +158,8 @@ class RelayCore(ChannelCloses):
         """Send again what waited for its back-off; write the log summaries that are due."""
         if self._waiting:
             self._due_again(self.clock())
+        if len(self.held):
+            self.fire()  # issue 14: a backstop; drivers call fire() at the due time
         self.notices.flush()
 
     # -- one expired message -------------------------------------------------------------
@@ -154,6 +170,7 @@ class RelayCore(ChannelCloses):
         raw = self._guard.take(self._consume) if self._guard is not None else None
         tag = message.delivery_info["delivery_tag"]
         job = self.pending.track(Job(tag=tag, body=bytes(message.body), raw=b"\x00\x00" if raw is None else raw))
+        self._hold_due = None  # issue 14: set by the plan for this message alone
         try:
             self._handle(job)
         except CONNECTION_ERRORS:
@@ -178,7 +195,7 @@ class RelayCore(ChannelCloses):
         if repeated is not None:
             return self._park(job, f"malformed: header {repeated} is given more than once")
         decision = decide(job.headers, properties, int(self.clock() * 1000), allow_exchange=self.allow,
-                          max_delay_ms=self.max_delay_ms)
+                          max_delay_ms=self.max_delay_ms, plan=self._plan)
         if isinstance(decision, Deliver) and decision.exchange and self.exchange_check is not None:
             # A publish the broker refuses outright (a missing exchange, one the relay may not
             # write) closes the channel: better asked first (the answer is cached).
@@ -188,7 +205,8 @@ class RelayCore(ChannelCloses):
                                 f"to: {problem} (routing_key={quote(decision.routing_key)})")
         if isinstance(decision, Deliver):
             raw = outgoing.delivery(props, job.headers or {})
-            self._send(Publish(job, "deliver", decision.exchange, decision.routing_key, raw))
+            # issue 14: held until due when the plan said so
+            self._deliver_or_hold(Publish(job, "deliver", decision.exchange, decision.routing_key, raw))
         elif isinstance(decision, Hop):
             # Mandatory too: a hop into a rung deleted under the relay is returned and parked, not lost.
             self._send(Publish(job, "hop", EXCHANGE, decision.queue, outgoing.hop(props)))

@@ -14,9 +14,11 @@ from kombu.mixins import ConsumerMixin
 from ..contract import CONTROL, PREFETCH
 from ..plan import MAX_DELAY
 from ..targets import ExchangeCheck
+from ..timing import HOLD_CAPACITY, HOLD_WINDOW
 from ..topology import declare
 from .core import RelayCore
 from .counters import Counters
+from .wakeup import consume as _consume_on_time
 
 __all__ = ["Relay"]
 
@@ -50,11 +52,14 @@ class Relay(ConsumerMixin):
         allowed_exchanges: Optional[Iterable[str]] = None,
         report_every: Optional[float] = None,
         max_delay: float = MAX_DELAY,
+        hold_window: float = HOLD_WINDOW,
+        hold_capacity: int = HOLD_CAPACITY,
     ) -> None:
         self.connection = connection
         self.exchange_check = ExchangeCheck(connection.clone())
         self.core = RelayCore(clock=clock, prefetch=prefetch, allowed_exchanges=allowed_exchanges,
-                              exchange_check=self.exchange_check, max_delay=max_delay)
+                              exchange_check=self.exchange_check, max_delay=max_delay,
+                              hold_window=hold_window, hold_capacity=hold_capacity)
         self.report_every = report_every
         self._last_report = self._last_tick = time.monotonic()
         #: Set once the relay consumes from the control queue.
@@ -71,6 +76,10 @@ class Relay(ConsumerMixin):
             super().run(_tokens, **kwargs)
         finally:
             self.exchange_check.close()
+
+    def consume(self, *args: Any, **kwargs: Any) -> Any:
+        """kombu's consume loop, waking when a held message is due (issue 14; see relay.wakeup)."""
+        return _consume_on_time(self, self.core, *args, **kwargs)
 
     def get_consumers(self, Consumer: Any, channel: Any) -> list[Any]:  # noqa: N803 - kombu's name
         self.exchange_check.forget()  # (re)connecting: an exchange may have gone meanwhile

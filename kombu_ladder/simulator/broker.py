@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
+import math
 import threading
 import time
 from datetime import datetime
@@ -14,6 +17,7 @@ from kombu.transport import pyamqp
 
 from .clock import VirtualClock
 from .core import BrokerCore
+from .frames import Call
 from .profiles import DEFAULT, profile_for
 from .registry import install_scheme, register, unique_name
 from .transport import SCHEME
@@ -71,6 +75,9 @@ class SimulatedBroker(BrokerCore):
         self.settle_timeout = settle_timeout
         self._driven: list[Any] = []
         self._ticks: list[Any] = []
+        #: Relays' timers in virtual time: (epoch ms, order, transport, function); see call_later.
+        self._timers: list[tuple[int, int, Any, Any]] = []
+        self._timer_order = itertools.count()
         #: The relays :meth:`relay` started.
         self.relays: list[Any] = []
         register(self.name, self)
@@ -166,13 +173,25 @@ class SimulatedBroker(BrokerCore):
             if last:
                 return
 
+    def call_later(self, transport: Any, seconds: float, function: Any) -> None:
+        """Run ``function`` on ``transport`` (where it is drained) ``seconds`` of virtual time from now."""
+        at = self.clock.ms + max(0, math.ceil(seconds * 1000 - 0.01))
+        with self.lock:
+            heapq.heappush(self._timers, (at, next(self._timer_order), transport, function))
+
     def _next_due(self) -> Optional[int]:
         heads = [q.ready[0].expires_at for q in self.queues.values() if q.ready]
         due = [t for t in heads if t is not None]
+        if self._timers:
+            due.append(self._timers[0][0])
         return min(due) if due else None
 
     def _expire_due(self) -> None:
         now = self.clock.ms
+        while self._timers and self._timers[0][0] <= now:
+            _, _, transport, function = heapq.heappop(self._timers)
+            if not transport.closed:
+                transport.post(Call(function))
         for queue in list(self.queues.values()):
             if queue.ready and queue.ready[0].expires_at is not None and queue.ready[0].expires_at <= now:
                 self.dispatch(queue)

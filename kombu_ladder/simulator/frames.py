@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["Delivery", "Confirm", "Return", "Close"]
+__all__ = ["Delivery", "Confirm", "Return", "Close", "Call"]
 
 
 class Delivery:
@@ -59,3 +59,16 @@ class Close:
     def fire(self) -> None:
         """Hand the frame to its channel."""
         self.channel._on_close(self)
+
+
+class Call:
+    """Not a frame: a relay's timer that came due in virtual time, run where the relay reads its frames."""
+
+    __slots__ = ("function",)
+
+    def __init__(self, function: Any) -> None:
+        self.function = function
+
+    def fire(self) -> None:
+        """Run the timer's function."""
+        self.function()

@@ -78,6 +78,15 @@ class Transport(virtual.Transport):
             self.closed = True
             self.inbox.clear()
 
+    def ladder_timers(self, function: Callable[[], None]) -> Callable[[float], None]:
+        """Return ``wakeup(seconds)``: call ``function`` on this connection that many virtual seconds from now.
+
+        A relay holding messages asks for it (see :mod:`kombu_ladder.relay.residual`):
+        ``advance()`` stops at the time asked and runs ``function`` where the relay
+        reads its frames, as a timer in a real relay's event loop would.
+        """
+        return lambda seconds: self.broker.call_later(self, seconds, function)
+
     def verify_connection(self, connection: Any) -> bool:
         return not self.closed
 
