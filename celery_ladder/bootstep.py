@@ -46,7 +46,7 @@ class LadderRelay(bootsteps.ConsumerStep):
         self.counters = Counters()
         settings = LadderSettings.from_conf(c.app.conf)
         self.core = RelayCore(counters=self.counters, allowed_exchanges=settings.allowed_exchanges,
-                              max_delay=settings.max_delay)
+                              max_delay=settings.max_delay, hold_window=settings.hold_window)
         #: Parks deliveries to a missing exchange (or one the worker may not write) before a
         #: publish there would close the relay's channel (see kombu_ladder.targets).
         self.exchange_check: Any = None
@@ -83,10 +83,19 @@ class LadderRelay(bootsteps.ConsumerStep):
         hub = getattr(c, "hub", None)
         self._ticker = (hub.call_repeatedly(TICK, self.core.tick) if hub is not None
                         else c.timer.call_repeatedly(TICK, c.call_soon, (self.core.tick,)))
+        # issue 14: held messages are published at their due time by a timer in the same loop
+        self.core.wakeup = self._wakeup_in(c)
         c.ladder_relay = self
         logger.info(I_STARTED, CONTROL, self.core.prefetch)
         if self.metrics is None:
             self.metrics = serve_metrics(c.app, self.counters, c.connection)
+
+    def _wakeup_in(self, c: Any) -> Any:
+        """A timer that runs the relay's ``fire`` in the consumer's thread, ``seconds`` from now (issue 14)."""
+        hub = getattr(c, "hub", None)
+        if hub is not None:
+            return lambda seconds: hub.call_later(seconds, self.core.fire)
+        return lambda seconds: c.timer.call_after(seconds, c.call_soon, (self.core.fire,))
 
     def stop(self, c: Any) -> None:
         self._finish(c)
@@ -107,6 +116,7 @@ class LadderRelay(bootsteps.ConsumerStep):
         if self._ticker is not None:
             self._ticker.cancel()
             self._ticker = None
+        self.core.wakeup = None  # issue 14: close() below gives the held messages back
         if not self.consumers:
             return
         connection = getattr(c, "connection", None)

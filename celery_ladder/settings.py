@@ -6,11 +6,12 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
 from kombu_ladder.plan import MAX_DELAY, check_max_delay
+from kombu_ladder.timing import HOLD_WINDOW, check_hold_window
 
 __all__ = [
     "LadderSettings", "SETTINGS", "ALLOWED_EXCHANGES", "MAX_DELAY_SETTING", "METRICS_PORT", "METRICS_ADDRESS",
     "as_bool", "as_exchanges", "as_max_delay", "as_metrics_port", "as_metrics_address", "read_bool",
-    "read_max_delay",
+    "read_max_delay", "as_hold_window",
 ]
 
 #: Each setting's app.conf name -> (default, its Django settings.py name).
@@ -29,6 +30,8 @@ METRICS_PORT = ("ladder_metrics_port", "CELERY_LADDER_METRICS_PORT")
 METRICS_ADDRESS = ("ladder_metrics_address", "CELERY_LADDER_METRICS_ADDRESS")
 #: The longest countdown/ETA accepted, in seconds: its app.conf name and its Django settings.py name.
 MAX_DELAY_SETTING = ("ladder_max_delay", "CELERY_LADDER_MAX_DELAY")
+#: Seconds below which the relay holds a message and delivers it at its due time (issue 14).
+HOLD_WINDOW_SETTING = ("ladder_hold_window", "CELERY_LADDER_HOLD_WINDOW")
 
 #: Strings accepted for a boolean setting (environment variables and .env files give strings).
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -138,6 +141,25 @@ def as_max_delay(value: Any) -> float:
     return check_max_delay(value, argument=f"setting {name} ({django} in Django settings)")
 
 
+def as_hold_window(value: Any) -> float:
+    """Read ``ladder_hold_window``: seconds from 0 (off) to 600; ``None`` is the default (10 s).
+
+    Raises:
+        ValueError: out of range, or a string that is not a number, naming the setting.
+        TypeError: not a number, naming the setting.
+    """
+    if value is None:
+        return HOLD_WINDOW
+    name, django = HOLD_WINDOW_SETTING
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            raise ValueError(f"setting {name} ({django} in Django settings) must be a number of seconds, "
+                             f"not {value!r}") from None
+    return check_hold_window(value, argument=f"setting {name} ({django} in Django settings)")
+
+
 def read_max_delay(conf: Mapping[str, Any]) -> float:
     """Read ``ladder_max_delay`` from ``app.conf`` (see :func:`as_max_delay`)."""
     return as_max_delay(conf.get(MAX_DELAY_SETTING[0]))
@@ -159,6 +181,8 @@ class LadderSettings:
     metrics_address: str = "127.0.0.1"
     #: The longest countdown/ETA accepted, in seconds; the relay parks a due time further ahead.
     max_delay: float = float(MAX_DELAY)
+    #: Seconds below which the workers' relay holds a message and delivers it at its due time; 0: off.
+    hold_window: float = HOLD_WINDOW
 
     @classmethod
     def from_conf(cls, conf: Mapping[str, Any]) -> "LadderSettings":
@@ -179,4 +203,4 @@ class LadderSettings:
                    allowed_exchanges=as_exchanges(conf.get(ALLOWED_EXCHANGES[0])),
                    metrics_port=as_metrics_port(conf.get(METRICS_PORT[0])),
                    metrics_address=as_metrics_address(conf.get(METRICS_ADDRESS[0])),
-                   max_delay=read_max_delay(conf))
+                   max_delay=read_max_delay(conf), hold_window=as_hold_window(conf.get(HOLD_WINDOW_SETTING[0])))

@@ -157,14 +157,15 @@ def move(to: str, limit: Optional[int], keep_parked: bool) -> None:
 
 @cli.command()
 @commands.prefetch_option()
+@commands.hold_window_option()
 @commands.report_every_option()
 @commands.allow_exchange_option()
 @commands.metrics_port_option()
 @commands.metrics_address_option()
 @commands.metrics_interval_option()
 @_common_options(top=False)
-def relay(prefetch: int, report_every: float, allowed_exchanges: Sequence[str], metrics_port: Optional[int],
-          metrics_address: str, metrics_interval: float) -> None:
+def relay(prefetch: int, hold_window: float, report_every: float, allowed_exchanges: Sequence[str],
+          metrics_port: Optional[int], metrics_address: str, metrics_interval: float) -> None:
     """Run a relay on --broker until SIGTERM or SIGINT.
 
     It consumes acemq.schedule.due, hops each expired message into the next
@@ -177,7 +178,8 @@ def relay(prefetch: int, report_every: float, allowed_exchanges: Sequence[str], 
     with _broker() as connection:
         commands.relay(connection, prefetch=prefetch, report_every=report_every,
                        allowed_exchanges=commands.allowed_or_none(allowed_exchanges), metrics_port=metrics_port,
-                       metrics_address=metrics_address, metrics_interval=metrics_interval)
+                       metrics_address=metrics_address, metrics_interval=metrics_interval,
+                       hold_window=hold_window)
 
 
 def main(argv: Optional[Sequence[str]] = None, *, prog_name: str = "kombu-ladder") -> int:

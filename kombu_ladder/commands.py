@@ -28,6 +28,7 @@ from .parking import parked_reasons
 from .parking import replay as replay_parked
 from .plan import MAX_DELAY
 from .relay import Relay
+from .timing import HOLD_WINDOW
 from .topology import declare as declare_topology
 
 __all__ = [
@@ -231,7 +232,7 @@ def move(connection: Connection, to: str, *, limit: Optional[int] = None, keep_p
 def relay(connection: Connection, *, prefetch: int = PREFETCH, report_every: Optional[float] = 30.0,
           allowed_exchanges: Optional[Iterable[str]] = None, max_delay: float = MAX_DELAY,
           metrics_port: Optional[int] = None, metrics_address: str = "127.0.0.1",
-          metrics_interval: float = 15.0) -> None:
+          metrics_interval: float = 15.0, hold_window: float = HOLD_WINDOW) -> None:
     """Run a relay on ``connection`` until SIGTERM or SIGINT (it logs its counters as it stops).
 
     With ``metrics_port``, it serves Prometheus metrics on ``metrics_address:metrics_port``
@@ -239,7 +240,7 @@ def relay(connection: Connection, *, prefetch: int = PREFETCH, report_every: Opt
     """
     allowed = list(allowed_exchanges) if allowed_exchanges is not None else None
     runner = Relay(connection, prefetch=prefetch, allowed_exchanges=allowed, report_every=report_every,
-                   max_delay=max_delay)
+                   max_delay=max_delay, hold_window=hold_window)
     server = None
     if metrics_port is not None:
         declare_topology(connection)  # so the first sample, before the relay consumes, finds every queue
@@ -300,6 +301,11 @@ match_option = _option("--match", default=None, metavar="TEXT",
 #: ``relay --prefetch N``.
 prefetch_option = _option("--prefetch", type=click.IntRange(min=1, max=65535), default=PREFETCH, show_default=True,
                           metavar="N", help="Expired messages the relay holds at once (the contract's 50).")
+#: ``relay --hold-window SECONDS``.
+hold_window_option = _option(
+    "--hold-window", type=click.FloatRange(min=0, max=600), default=HOLD_WINDOW, show_default=True,
+    metavar="SECONDS", help="Hold a message whose remaining delay is below this, unacked, and deliver it at its "
+                            "due time (0: off, deliveries up to 1 s early).")
 #: ``relay --report-every SECONDS``.
 report_every_option = _option("--report-every", type=click.FloatRange(min=0, min_open=True), default=30.0,
                               show_default=True, metavar="SECONDS", help="Log the relay's counters this often.")

@@ -15,6 +15,7 @@ from .contract import ORIGINAL_ROUTING_KEY, PREFETCH, REPUBLISH_COUNT, RUNGS, de
 from .plan import MAX_DELAY, Delay, check_max_delay, delay_seconds, parse_due_at, to_millis
 from .producer import LadderProducer
 from .relay import Relay
+from .timing import HOLD_WINDOW
 from .topology import declare
 
 __all__ = ["Scheduler", "original_routing_key", "republish_count"]
@@ -83,6 +84,7 @@ class Scheduler:
         prefetch: int = PREFETCH,
         allowed_exchanges: Optional[Iterable[str]] = None,
         max_delay: float = MAX_DELAY,
+        hold_window: float = HOLD_WINDOW,
     ) -> None:
         self.connection = connection
         self.clock = clock
@@ -99,7 +101,8 @@ class Scheduler:
         self._relay_connection: Any = None
         self._closed = False
         if relay:
-            self._start_relay(prefetch=prefetch, allowed_exchanges=allowed_exchanges, max_delay=self.max_delay)
+            self._start_relay(prefetch=prefetch, allowed_exchanges=allowed_exchanges, max_delay=self.max_delay,
+                              hold_window=hold_window)
 
     @classmethod
     def on(cls, connection: Any, *, relay: bool = True, **options: Any) -> "Scheduler":
@@ -109,7 +112,8 @@ class Scheduler:
             connection: a :class:`kombu.Connection`.
             relay: run a relay in a background thread on a connection of its own.
             **options: ``clock``, ``serializer``, ``prefetch``, ``allowed_exchanges``,
-                ``max_delay`` (seconds, default ten years).
+                ``max_delay`` (seconds, default ten years), ``hold_window`` (seconds the
+                relay holds a message's residual to deliver it on time; default 10, 0: off).
 
         Returns:
             The scheduler; use it as a context manager, or call :meth:`close`.

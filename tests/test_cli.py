@@ -23,6 +23,7 @@ from kombu_ladder.cli import main
 from kombu_ladder.contract import CONTROL, PARKED_REASON, PARKING, rung_names
 from kombu_ladder.plan import delay_seconds
 from kombu_ladder.simulator import SimulatedBroker
+from kombu_ladder.timing import HOLD_CAPACITY
 
 VENV_BIN = Path(sys.executable).parent
 CELERY_TIER = Path(__file__).parent / "celery_tier"
@@ -267,7 +268,8 @@ def test_relay_runs_relays_and_stops_cleanly(connection: Connection, broker_url:
         # consumer (rpc:// reply queue) in the shared session vhost.
         ladder = {*rung_names(), CONTROL, PARKING}
         assert [c for c in list_consumers(rabbit_vhost) if c["queue_name"] in ladder] == [
-            {"queue_name": "acemq.schedule.due", "prefetch_count": 50, "ack_required": True},
+            # the contract's 50 for hops, plus room for the messages it holds (kombu_ladder.timing)
+            {"queue_name": "acemq.schedule.due", "prefetch_count": 50 + HOLD_CAPACITY, "ack_required": True},
         ]
         target = Queue("t.cli", durable=True).bind(connection.default_channel)
         target.declare()

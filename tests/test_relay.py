@@ -33,7 +33,8 @@ def test_short_delay_overtakes_a_long_one_published_first(ladder_backend: Any) -
             lateness = arrived - due[message.body]
             assert -EARLY <= lateness <= LATE, (message.body, lateness)
         ladder_backend.wait_until(lambda: sched.delivered == 2, 10, "the deliveries' confirms")
-        assert sched.hops == 1  # 12 s: 10 s rung, one hop into 1 s, delivered; 2 s: 1 s rung, delivered
+        # 12 s: 10 s rung, then held 2 s by the relay and delivered; 2 s: 1 s rung, held 1 s, delivered
+        assert sched.hops == 0
 
 
 APP_HEADERS = {
@@ -63,7 +64,7 @@ def test_delivery_fidelity(ladder_backend: Any, delivery_mode: int) -> None:
         arrivals = Arrivals(ladder_backend, conn, "t.fidelity")
         [message] = [m for _, _, m in arrivals.wait(1, timeout=20)]
         ladder_backend.wait_until(lambda: sched.delivered == 1, 10, "the delivery's confirm")
-        assert sched.hops == 1  # 2.5 s: 1 s rung, 1 s rung again, then delivered: two expiries behind it
+        assert sched.hops == 0  # 2.5 s: 1 s rung, then held 1.5 s by the relay and delivered
     assert message.body == body
     assert message.content_type == "application/x-custom"
     assert message.content_encoding == "binary"
@@ -209,9 +210,9 @@ def test_a_compressed_message_is_delivered_decodable(ladder_backend: Any) -> Non
 def test_a_hop_into_a_deleted_rung_is_parked_not_lost(ladder_backend: Any) -> None:
     with ladder_backend.connection() as conn, Scheduler.on(conn, clock=ladder_backend.clock) as sched:
         channel = conn.channel()
-        channel.queue_delete(queue="acemq.schedule.1s")  # an operator's mistake, while the relay runs
+        channel.queue_delete(queue="acemq.schedule.10s")  # an operator's mistake, while the relay runs
         channel.close()
-        due = int(ladder_backend.clock() * 1000) + 1500
+        due = int(ladder_backend.clock() * 1000) + 15000  # beyond the hold window: a hop into 10 s
         Producer(conn.default_channel).publish(
             b"hop", exchange="", routing_key="acemq.schedule.due",
             headers={"x-schedule-exchange": "", "x-schedule-routing-key": "t.hop",
@@ -221,7 +222,7 @@ def test_a_hop_into_a_deleted_rung_is_parked_not_lost(ladder_backend: Any) -> No
         [message] = parked(conn)
         assert message.body == b"hop"
         assert message.headers["x-ladder-parked-reason"].startswith("unroutable:")
-        assert "acemq.schedule.1s" in message.headers["x-ladder-parked-reason"]
+        assert "acemq.schedule.10s" in message.headers["x-ladder-parked-reason"]
         assert message.headers["x-schedule-due-at"] == due  # kept, so it can be replayed
         assert (sched.hops, sched.delivered, sched.malformed) == (0, 0, 0)
     with ladder_backend.connection() as conn:

@@ -10,9 +10,9 @@ import pytest
 from kombu import Consumer, Exchange, Producer, Queue
 
 from kombu_ladder import LadderProducer, Scheduler, TopologyConflict, declare, hops_for, rung_name
+from kombu_ladder.simulator import SimulatedBroker
 from kombu_ladder.timing import HOLD_WINDOW
 from kombu_ladder.timing import forecast as timing_forecast
-from kombu_ladder.simulator import SimulatedBroker
 
 HOUR = 3600
 DAY = 24 * HOUR
