@@ -120,3 +120,27 @@ def test_check_hold_window_and_capacity_accept() -> None:
     assert check_hold_capacity(0) == 0 and check_hold_capacity(10) == 10
     with pytest.raises(ValueError, match="hold_capacity"):
         check_hold_capacity(-1)
+
+
+@pytest.mark.parametrize("value,expected", [(None, 10.0), (0, 0.0), ("2.5", 2.5), (30, 30.0)])
+def test_celery_setting_ladder_hold_window(value: object, expected: float) -> None:
+    from celery_ladder.settings import LadderSettings
+
+    assert LadderSettings.from_conf({"ladder_hold_window": value}).hold_window == expected
+
+
+@pytest.mark.parametrize("value,error", [("soon", ValueError), (-1, ValueError), ([1], TypeError)])
+def test_celery_setting_ladder_hold_window_errors_name_it(value: object, error: type) -> None:
+    from celery_ladder.settings import LadderSettings
+
+    with pytest.raises(error, match="ladder_hold_window .CELERY_LADDER_HOLD_WINDOW"):
+        LadderSettings.from_conf({"ladder_hold_window": value})
+
+
+def test_a_relay_with_holding_off_consumes_with_the_contracts_prefetch() -> None:
+    from kombu_ladder.relay import RelayCore
+
+    assert RelayCore(hold_window=0).held.capacity == 0
+    assert RelayCore().held.capacity == 2000
+    with pytest.raises(ValueError, match="hold_window"):
+        RelayCore(hold_window=-1)
