@@ -86,10 +86,11 @@ def reading(results: dict[str, Any]) -> list[str]:
             f"than a second. The ladder's rungs each hold one TTL, so a head never blocks a shorter delay: p50 "
             f"{ms(b['p50'])} ms, max {ms(b['max'])} ms, at {b['hops_per_message']:.2f} hops per message.")
         out.append(
-            f"- **The kombu ladder is early, by design.** A message leaves the ladder when less than the smallest rung "
-            f"(1 s) remains, so kombu consumers see it up to a second early ({b['early']} of {b['arrived']} were; "
-            f"earliest {ms(b['min'])} ms). A consumer that needs the exact time must hold the residual itself, as "
-            f"Celery's worker does.")
+            f"- **The kombu ladder delivers at the due time.** The relay holds a message's last seconds (below its "
+            f"hold window) unacked and publishes it when it is due, so kombu consumers no longer see it up to a "
+            f"second early: {b['early']} of {b['arrived']} arrived before their due time, the earliest "
+            f"{ms(b['min'])} ms. An AceMQ relay of another language, or ours with `hold_window=0`, still delivers "
+            f"up to a second early, as the contract allows.")
     if b and b["late_50ms"]:
         backlog = (f" The control queue peaked at {b['max_backlog']:,} waiting expiries {b['max_backlog_at_s']:g} s "
                    f"into the run." if b.get("max_backlog") else "")
