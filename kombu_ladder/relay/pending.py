@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional
@@ -97,7 +98,10 @@ class Pending:
 
     def confirmed(self, tag: int, multiple: bool) -> list[Publish]:
         """Remove and return the publishes a broker ack or nack covers, in sequence order."""
-        seqs = sorted(s for s in self.sent if s <= tag) if multiple else [tag] if tag in self.sent else []
+        if multiple:  # ``sent`` is in sequence order: stop at the first one past ``tag``, not scan a big window
+            seqs = list(itertools.takewhile(lambda s: s <= tag, self.sent))
+        else:
+            seqs = [tag] if tag in self.sent else []
         out = []
         for seq in seqs:
             publish = self.sent.pop(seq)
