@@ -11,6 +11,7 @@ from typing import Any, Callable, Iterable, Optional
 
 from kombu.compression import compress
 
+from .carry import text_of
 from .contract import ORIGINAL_ROUTING_KEY, PREFETCH, REPUBLISH_COUNT, RUNGS, describe
 from .plan import MAX_DELAY, Delay, check_max_delay, delay_seconds, parse_due_at, to_millis
 from .producer import LadderProducer
@@ -28,12 +29,8 @@ RELAY_START_TIMEOUT = 30.0
 def original_routing_key(message: Any) -> str:
     """Return the routing key a (possibly republished) message was first consumed with."""
     headers = message.headers or {}
-    key = headers.get(ORIGINAL_ROUTING_KEY)
-    if isinstance(key, bytes):
-        key = key.decode("utf-8", "replace")
-    if isinstance(key, str):
-        return key
-    return (message.delivery_info or {}).get("routing_key", "")
+    key = text_of(headers.get(ORIGINAL_ROUTING_KEY))
+    return key if key is not None else (message.delivery_info or {}).get("routing_key", "")
 
 
 def republish_count(message: Any) -> int:
