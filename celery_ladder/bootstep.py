@@ -44,9 +44,7 @@ class LadderRelay(bootsteps.StartStopStep):
         super().__init__(c, **kwargs)
 
     def include_if(self, c: Any) -> bool:
-        from .pool import TaskPool  # -P ladder always means "with the relay"
-
-        return isinstance(getattr(c, "pool", None), TaskPool) or self.settings.relay
+        return getattr(getattr(c, "pool", None), "with_relay", False) or self.settings.relay  # -P ladder
 
     def start(self, c: Any) -> None:
         try:
