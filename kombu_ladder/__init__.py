@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .brokers import install_scheme
 from .contract import CONTROL, EXCHANGE, PARKING, RUNGS, arguments_for, describe, rung_name
 from .errors import LadderError, TopologyConflict
 from .plan import MAX_DELAY, hops_for
@@ -9,6 +10,10 @@ from .producer import LadderProducer, LadderProducerMixin
 from .relay import Counters, Relay, RelayCore
 from .scheduler import Scheduler, original_routing_key, republish_count
 from .topology import declare
+
+# The one thing importing kombu_ladder does: name the simulator's transport in kombu's table, so a
+# ``ladder-sim://<name>`` URL alone (in a Celery settings file, say) resolves. Nothing is created or started.
+install_scheme()
 
 __version__ = "0.1.0"
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Callable, Iterable, Optional
 
 from kombu.compression import compress
 
+from .brokers import clock_of
 from .carry import text_of
 from .contract import ORIGINAL_ROUTING_KEY, PREFETCH, REPUBLISH_COUNT, RUNGS, describe
 from .plan import MAX_DELAY, Delay, check_max_delay, delay_seconds, parse_due_at, to_millis
@@ -75,21 +75,22 @@ class Scheduler:
         connection: Any,
         *,
         relay: bool = True,
-        clock: Callable[[], float] = time.time,
+        clock: Optional[Callable[[], float]] = None,
         serializer: Optional[str] = None,
         prefetch: int = PREFETCH,
         allowed_exchanges: Optional[Iterable[str]] = None,
         max_delay: float = MAX_DELAY,
     ) -> None:
         self.connection = connection
-        self.clock = clock
+        #: What due times are stamped with: ``clock``, else the simulator's on a ladder-sim connection.
+        self.clock: Callable[[], float] = clock_of(connection, clock)
         #: The longest delay accepted (seconds), for publishing and for the relay.
         self.max_delay = check_max_delay(max_delay)
         self._scheduled = 0
         self._lock = threading.Lock()
         declare(connection)
         self._channel = _confirming(connection.channel())
-        self._producer = LadderProducer(self._channel, serializer=serializer, clock=clock,
+        self._producer = LadderProducer(self._channel, serializer=serializer, clock=self.clock,
                                         max_delay=self.max_delay)
         self._relay: Optional[Relay] = None
         self._thread: Optional[threading.Thread] = None

@@ -10,6 +10,7 @@ from typing import Any, Callable, Iterable, Optional
 
 from kombu.mixins import ConsumerMixin
 
+from ..brokers import clock_of
 from ..contract import CONTROL, PREFETCH
 from ..plan import MAX_DELAY
 from ..targets import ExchangeCheck
@@ -48,8 +49,9 @@ class Relay(ConsumerMixin):
         max_delay: float = MAX_DELAY,
     ) -> None:
         self.connection = connection
-        self.relay = DrivenRelay(clock=clock or time.time, prefetch=prefetch,
-                                 allowed_exchanges=allowed_exchanges, max_delay=max_delay)
+        self.relay = DrivenRelay(clock=clock_of(connection, clock), prefetch=prefetch, max_delay=max_delay,
+                                 allowed_exchanges=allowed_exchanges,
+                                 check_clock=clock_of(connection, default=time.monotonic))
         self.report_every = report_every
         self._last_report = self._last_tick = time.monotonic()
         #: Set once the relay consumes from the control queue.
