@@ -11,10 +11,10 @@ if find_spec("celery") is None:  # a kombu-only install: say what to install, in
 
 from celery.utils.imports import symbol_by_name  # noqa: E402 - after the check above
 
-from .publish import LadderAMQP, LadderTaskProducer
+from .publish import LadderAMQP
 from .settings import LadderSettings
 
-__all__ = ["install", "installed", "add_relay_step", "LadderAMQP", "LadderTaskProducer", "LadderSettings"]
+__all__ = ["install", "installed", "LadderSettings"]
 
 logger = logging.getLogger(__name__)
 

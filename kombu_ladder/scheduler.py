@@ -100,19 +100,34 @@ class Scheduler:
             self._start_relay(prefetch=prefetch, allowed_exchanges=allowed_exchanges, max_delay=self.max_delay)
 
     @classmethod
-    def on(cls, connection: Any, *, relay: bool = True, **options: Any) -> "Scheduler":
+    def on(
+        cls,
+        connection: Any,
+        *,
+        relay: bool = True,
+        clock: Optional[Callable[[], float]] = None,
+        serializer: Optional[str] = None,
+        prefetch: int = PREFETCH,
+        allowed_exchanges: Optional[Iterable[str]] = None,
+        max_delay: float = MAX_DELAY,
+    ) -> "Scheduler":
         """Open a scheduler on ``connection`` with its queues declared.
 
         Arguments:
             connection: a :class:`kombu.Connection`.
             relay: run a relay in a background thread on a connection of its own.
-            **options: ``clock``, ``serializer``, ``prefetch``, ``allowed_exchanges``,
-                ``max_delay`` (seconds, default ten years).
+            clock: what due times are stamped with (epoch seconds); the default is the
+                wall clock, or the simulator's virtual clock on a ``ladder-sim://`` connection.
+            serializer: kombu's serializer for payloads that are not bytes.
+            prefetch: expired messages the relay holds at once.
+            allowed_exchanges: the target exchanges the relay may deliver to (default: every one).
+            max_delay: the longest delay accepted, in seconds (default ten years).
 
         Returns:
             The scheduler; use it as a context manager, or call :meth:`close`.
         """
-        return cls(connection, relay=relay, **options)
+        return cls(connection, relay=relay, clock=clock, serializer=serializer, prefetch=prefetch,
+                   allowed_exchanges=allowed_exchanges, max_delay=max_delay)
 
     def _start_relay(self, **options: Any) -> None:
         self._relay_connection = self.connection.clone()

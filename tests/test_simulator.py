@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from kombu import Connection, Consumer, Exchange, Producer, Queue
 
-from kombu_ladder import LadderProducer, Scheduler, TopologyConflict, declare, hops_for, rung_name
+from kombu_ladder import LadderProducer, Scheduler, TopologyConflict, declare, hops_for
+from kombu_ladder.contract import rung_name
 from kombu_ladder.plan import choose_rung
 from kombu_ladder.simulator import SimulatedBroker
 

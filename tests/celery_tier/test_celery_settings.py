@@ -11,9 +11,9 @@ from celery import Celery
 from conftest import wait_for
 
 import celery_ladder
-from celery_ladder import LadderAMQP, LadderSettings
+from celery_ladder import LadderSettings
 from celery_ladder.bootstep import LadderRelay
-from celery_ladder.publish import scheduled_count
+from celery_ladder.publish import LadderAMQP, LadderTaskProducer, scheduled_count
 from kombu_ladder.contract import CONTROL, rung_names
 from kombu_ladder.plan import MAX_DELAY
 
@@ -81,7 +81,7 @@ def test_install_swaps_the_amqp_class_once_and_adds_the_relay_step() -> None:
     vanilla = app.amqp
     assert celery_ladder.install(app) is app
     assert isinstance(app.amqp, LadderAMQP) and app.amqp is not vanilla
-    assert issubclass(app.amqp.Producer, celery_ladder.LadderTaskProducer)
+    assert issubclass(app.amqp.Producer, LadderTaskProducer)
     assert app.amqp.Producer.app is app
     celery_ladder.install(app)
     assert app.amqp_cls is LadderAMQP and LadderRelay in app.steps["consumer"]
