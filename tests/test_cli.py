@@ -24,6 +24,9 @@ from kombu_ladder.contract import CONTROL, PARKED_REASON, PARKING, rung_names
 from kombu_ladder.plan import delay_seconds
 from kombu_ladder.simulator import SimulatedBroker
 
+#: Each test runs a command line or a build in a process of its own (see setup.cfg's markers).
+pytestmark = pytest.mark.process
+
 VENV_BIN = Path(sys.executable).parent
 CELERY_TIER = Path(__file__).parent / "celery_tier"
 UNREACHABLE = "amqp://guest:guest@127.0.0.1:1//"

@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+#: Each test runs a command line or a build in a process of its own (see setup.cfg's markers).
+pytestmark = pytest.mark.process
+
 ROOT = Path(__file__).resolve().parent.parent
 
 #: What ``import celery_ladder`` says, on its last line, where Celery is not installed.
