@@ -7,7 +7,6 @@ from typing import Any
 from celery import bootsteps
 from celery.utils.log import get_logger
 
-from kombu_ladder.contract import CONTROL
 from kombu_ladder.errors import TopologyConflict
 from kombu_ladder.relay.driven import DrivenRelay
 
@@ -19,17 +18,15 @@ __all__ = ["LadderRelay"]
 logger = get_logger(__name__)
 
 E_CONFLICT = "ladder relay not started: the broker's ladder topology conflicts with the contract: %s"
-I_STARTED = "ladder relay consuming from %s (prefetch %d, publisher confirms)"
 
 #: Seconds between the relay's ticks (back-offs, log summaries), run in the consumer's thread.
 TICK = 1.0
 
 
 class LadderRelay(bootsteps.StartStopStep):
-    """Relay expired ladder messages from a worker, on a channel of its consumer connection.
+    """Relay expired ladder messages from a worker, on its consumer connection (several workers compete).
 
-    The relay (a :class:`kombu_ladder.relay.driven.DrivenRelay`) is built once, so its
-    counters outlive reconnects; several workers make competing relays.
+    The relay, a :class:`kombu_ladder.relay.driven.DrivenRelay`, is built once: its counters outlive reconnects.
     """
 
     requires = ("celery.worker.consumer.connection:Connection",)
@@ -51,13 +48,11 @@ class LadderRelay(bootsteps.StartStopStep):
             self.relay.start(c.connection, c.connection.channel())
         except TopologyConflict as exc:
             return logger.error(E_CONFLICT, exc)
-        # Ticks run where the relay's frames are read: the event loop (hub), or the consumer's own
-        # loop, which runs what call_soon queued (a timer thread only queues it).
+        # Ticks run where the relay's frames are read: the hub, or the consumer's loop (via call_soon).
         hub, tick = getattr(c, "hub", None), self.relay.tick
         self._ticker = (hub.call_repeatedly(TICK, tick) if hub is not None
                         else c.timer.call_repeatedly(TICK, c.call_soon, (tick,)))
         c.ladder_relay = self
-        logger.info(I_STARTED, CONTROL, self.relay.core.prefetch)
         self.metrics = self.metrics or serve_metrics(self.settings, self.counters, c.connection)
 
     def stop(self, c: Any) -> None:

@@ -7,17 +7,18 @@ import socket
 import time
 from typing import Any, Callable, Iterable, Optional
 
-from ..contract import PREFETCH
+from ..contract import CONTROL, PREFETCH
 from ..plan import MAX_DELAY
 from ..targets import ExchangeCheck
 from ..topology import declare
 from .core import RelayConsumer, RelayCore
 from .counters import Counters
 
-__all__ = ["DrivenRelay", "STOP_GRACE"]
+__all__ = ["DrivenRelay", "Driver", "STOP_GRACE"]
 
 logger = logging.getLogger("kombu_ladder.relay")
 
+I_CONSUMING = "ladder relay consuming from %s (prefetch %d, publisher confirms)"
 I_STOPPED = "relay stopped: %s"
 
 #: Seconds a stopping relay waits for outstanding confirms, so a clean stop duplicates nothing.
@@ -85,6 +86,7 @@ class DrivenRelay:
         """:meth:`attach`, then consume: the relay takes expiries from now on."""
         consumer = self.attach(connection, channel)
         consumer.consume()
+        logger.info(I_CONSUMING, CONTROL, self.core.prefetch)
         return consumer
 
     def tick(self) -> None:
@@ -122,6 +124,27 @@ class DrivenRelay:
         """Close the exchange check's connection (it reconnects if the relay starts again)."""
         if self.exchange_check is not None:
             self.exchange_check.close()
+
+
+class Driver:
+    """What a driver of a :class:`DrivenRelay` (held as ``self.relay``) shows of it."""
+
+    relay: DrivenRelay
+
+    @property
+    def core(self) -> RelayCore:
+        """The relay's logic (see :class:`~kombu_ladder.relay.RelayCore`)."""
+        return self.relay.core
+
+    @property
+    def exchange_check(self) -> Optional[ExchangeCheck]:
+        """The target-exchange check, on a connection of its own (None before the relay first connects)."""
+        return self.relay.exchange_check
+
+    @property
+    def counters(self) -> Counters:
+        """What the relay has done: received, delivered, hops, malformed, parked, refused."""
+        return self.relay.counters
 
 
 def _quietly(action: Callable[[], object], what: str) -> None:

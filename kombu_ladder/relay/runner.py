@@ -13,16 +13,12 @@ from kombu.mixins import ConsumerMixin
 from ..brokers import clock_of
 from ..contract import CONTROL, PREFETCH
 from ..plan import MAX_DELAY
-from ..targets import ExchangeCheck
-from .core import RelayCore
-from .counters import Counters
-from .driven import I_STOPPED, STOP_GRACE, DrivenRelay
+from .driven import I_CONSUMING, I_STOPPED, STOP_GRACE, DrivenRelay, Driver
 
 __all__ = ["Relay", "STOP_GRACE"]
 
 logger = logging.getLogger("kombu_ladder.relay")
 
-I_CONSUMING = "relay consuming from %s (prefetch %d)"
 I_COUNTERS = "relay counters: %s"
 I_SIGNAL = "received %s, stopping the relay"
 
@@ -30,7 +26,7 @@ I_SIGNAL = "received %s, stopping the relay"
 TICK = 0.25
 
 
-class Relay(ConsumerMixin):
+class Relay(Driver, ConsumerMixin):
     """A standalone relay on its own connection; reconnects by itself.
 
     Run it with :meth:`run` (blocking) and stop it from another thread or a
@@ -56,21 +52,6 @@ class Relay(ConsumerMixin):
         self._last_report = self._last_tick = time.monotonic()
         #: Set once the relay consumes from the control queue.
         self.ready = threading.Event()
-
-    @property
-    def core(self) -> RelayCore:
-        """The relay's logic (see :class:`~kombu_ladder.relay.RelayCore`)."""
-        return self.relay.core
-
-    @property
-    def exchange_check(self) -> Optional[ExchangeCheck]:
-        """The target-exchange check (None before the first connection)."""
-        return self.relay.exchange_check
-
-    @property
-    def counters(self) -> Counters:
-        """The relay's counters."""
-        return self.relay.counters
 
     def run(self, _tokens: int = 1, **kwargs: Any) -> None:
         """Consume until :meth:`stop`, reconnecting as needed (kombu's ConsumerMixin loop)."""

@@ -6,14 +6,12 @@ from types import TracebackType
 from typing import Any, Iterable, Optional
 
 from ..contract import PREFETCH
-from ..relay import Counters, RelayCore
-from ..relay.driven import DrivenRelay
-from ..targets import ExchangeCheck
+from ..relay.driven import DrivenRelay, Driver
 
 __all__ = ["SimulatedRelay"]
 
 
-class SimulatedRelay:
+class SimulatedRelay(Driver):
     """The relay (a :class:`~kombu_ladder.relay.driven.DrivenRelay`) on a broker-driven connection.
 
     No thread: every :meth:`SimulatedBroker.advance` (or ``settle``) hands it
@@ -30,21 +28,6 @@ class SimulatedRelay:
         self.consumer = self.relay.start(self.connection, self.channel)
         broker.drive(self.connection, tick=self.relay.tick)
         broker.settle()
-
-    @property
-    def core(self) -> RelayCore:
-        """The relay's logic (see :class:`~kombu_ladder.relay.RelayCore`)."""
-        return self.relay.core
-
-    @property
-    def exchange_check(self) -> Optional[ExchangeCheck]:
-        """Asks about target exchanges on a connection of its own, as the real relays do."""
-        return self.relay.exchange_check
-
-    @property
-    def counters(self) -> Counters:
-        """What the relay has done: received, delivered, hops, malformed, parked."""
-        return self.relay.counters
 
     def close(self) -> None:
         """Stop relaying; unacked expiries go back to the control queue."""
