@@ -21,7 +21,7 @@ from kombu_ladder import Scheduler
 from kombu_ladder.contract import CONTROL, rung_names
 
 __all__ = ["Collector", "Restartable", "WorkerProcess", "publish_numbered", "random_delays", "ladder_depth",
-           "queue_messages", "run_figures", "wait_until"]
+           "queue_messages", "run_figures", "take_figures", "wait_until"]
 
 
 class Collector:
@@ -204,6 +204,18 @@ def run_figures(runs: collections.Counter[int], sent: int) -> dict[str, int]:
     """Sent, delivered (distinct task runs), duplicated (extra runs) and lost, from run counts."""
     lost = sum(1 for n in range(sent) if n not in runs)
     return {"sent": sent, "delivered": len(runs), "duplicated": sum(runs.values()) - len(runs), "lost": lost}
+
+
+def take_figures(connection: Connection, queue: str, sent: int) -> dict[str, int]:
+    """Take every message of ``queue`` (JSON bodies ``{"n": N}``) and count them as :func:`run_figures` does."""
+    seen: collections.Counter[int] = collections.Counter()
+    channel = connection.channel()
+    try:
+        while (message := channel.basic_get(queue, no_ack=True)) is not None:
+            seen[json.loads(message.body)["n"]] += 1
+    finally:
+        channel.close()
+    return run_figures(seen, sent)
 
 
 def queue_messages(node_ctl: Callable[..., str], vhost: str, queue: str) -> int:
