@@ -11,7 +11,7 @@ if find_spec("celery") is None:  # a kombu-only install: say what to install, in
 
 from celery.utils.imports import symbol_by_name  # noqa: E402 - after the check above
 
-from .publish import LadderAMQP
+from .publish import LadderAMQP, shared_counter
 from .settings import LadderSettings
 
 __all__ = ["install", "installed", "LadderSettings"]
@@ -75,6 +75,7 @@ def install(app: Any) -> Any:
         LadderSettings.from_conf(app.conf)
     else:
         app.on_after_configure.connect(_check_settings, weak=False, dispatch_uid="celery_ladder.settings")
+    shared_counter()  # made here, before a prefork pool forks (see celery_ladder.publish)
     if not installed(app):
         base = _amqp_class(app)
         app.amqp_cls = LadderAMQP if base is LadderAMQP.__mro__[1] else type(

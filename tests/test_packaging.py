@@ -114,3 +114,15 @@ def test_scheduler_on_shows_its_keyword_only_options() -> None:
     assert [n for n, p in params.items() if p.kind is p.KEYWORD_ONLY] == [
         "relay", "clock", "serializer", "prefetch", "allowed_exchanges", "max_delay"]
     assert not any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def test_importing_the_packages_creates_nothing_and_install_makes_the_shared_counter() -> None:
+    code = (
+        "import celery_ladder, celery_ladder.publish as p, kombu_ladder.simulator.registry as r\n"
+        "assert p._SCHEDULED is None and not r._kept, 'made on import'\n"
+        "from celery import Celery\n"
+        "celery_ladder.install(Celery('x', broker='memory://'))\n"
+        "assert p._SCHEDULED is not None and p.scheduled_count() == 0\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
