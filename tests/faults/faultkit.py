@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from kombu import Connection, Consumer, Queue
+from rabbit_helpers import drain
 
 from kombu_ladder import Scheduler
 from kombu_ladder.contract import CONTROL, rung_names
@@ -208,14 +209,7 @@ def run_figures(runs: collections.Counter[int], sent: int) -> dict[str, int]:
 
 def take_figures(connection: Connection, queue: str, sent: int) -> dict[str, int]:
     """Take every message of ``queue`` (JSON bodies ``{"n": N}``) and count them as :func:`run_figures` does."""
-    seen: collections.Counter[int] = collections.Counter()
-    channel = connection.channel()
-    try:
-        while (message := channel.basic_get(queue, no_ack=True)) is not None:
-            seen[json.loads(message.body)["n"]] += 1
-    finally:
-        channel.close()
-    return run_figures(seen, sent)
+    return run_figures(collections.Counter(json.loads(m.body)["n"] for m in drain(connection, queue)), sent)
 
 
 def queue_messages(node_ctl: Callable[..., str], vhost: str, queue: str) -> int:
