@@ -33,7 +33,8 @@ test: $(STAMP)
 	$(PY) -m pytest -ra --ignore=tests/faults $(PYTEST_ARGS)
 
 # The unit tier: every test tests/conftest.py marks "unit" (no broker, no Celery worker, no process or
-# socket of its own; the simulator counts as pure). Needs no RabbitMQ; a few seconds.
+# socket of its own; the simulator counts as pure). Needs no RabbitMQ; a few seconds. All of tests/unit
+# (pure tables) and tests/sim (the simulator) is in it, and the pure tests of the files still at tests/.
 test-unit: $(STAMP)
 	$(PY) -m pytest -q -m unit --ignore=tests/faults $(PYTEST_ARGS)
 
