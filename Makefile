@@ -4,11 +4,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help install test test-faults test-broker test-matrix test-sim43 demo lint docs diagrams bench bench-quick clean
+.PHONY: help install test test-unit test-faults test-broker test-matrix test-sim43 demo lint docs diagrams bench bench-quick clean
 
 help:
 	@echo "make demo   - schedule mixed delays and watch them arrive (RabbitMQ, or the simulator)"
 	@echo "make test   - install into .venv and run the whole suite"
+	@echo "make test-unit - the tests that need no broker, no Celery worker and no process of their own (seconds)"
 	@echo "make test-faults - crash, restart and consumer_timeout tests on a private RabbitMQ node (about 6 min)"
 	@echo "make test-sim43 - the simulator half of the suite, the simulator behaving as RabbitMQ 4.3"
 	@echo "make test-matrix - Celery tier + Django tests on Celery 5.3-5.7, Django 4.2-6.1, Python 3.9-3.13 (STACKS=...)"
@@ -30,6 +31,12 @@ install: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -ra --ignore=tests/faults $(PYTEST_ARGS)
+
+# The unit tier: every test tests/conftest.py marks "unit" (no broker, no Celery worker, no process or
+# socket of its own; the simulator counts as pure). Needs no RabbitMQ; a few seconds. All of tests/unit
+# (pure tables) and tests/sim (the simulator) is in it, and the pure tests of the files still at tests/.
+test-unit: $(STAMP)
+	$(PY) -m pytest -q -m unit --ignore=tests/faults $(PYTEST_ARGS)
 
 # Destructive fault tests: they boot a private RabbitMQ node of their own (as root or the
 # rabbitmq user), kill relays and workers, restart that node. Figures: build/fault-figures.txt

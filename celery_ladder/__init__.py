@@ -11,10 +11,10 @@ if find_spec("celery") is None:  # a kombu-only install: say what to install, in
 
 from celery.utils.imports import symbol_by_name  # noqa: E402 - after the check above
 
-from .publish import LadderAMQP, LadderTaskProducer
+from .publish import LadderAMQP, shared_counter
 from .settings import LadderSettings
 
-__all__ = ["install", "installed", "add_relay_step", "LadderAMQP", "LadderTaskProducer", "LadderSettings"]
+__all__ = ["install", "installed", "LadderSettings"]
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +41,10 @@ def add_relay_step(app: Any) -> None:
     app.steps["consumer"].add(LadderRelay)
 
 
+def _check_settings(sender: Any = None, source: Any = None, **kwargs: Any) -> None:
+    LadderSettings.from_conf(source)
+
+
 def install(app: Any) -> Any:
     """Send ``app``'s countdown/eta tasks through the ladder and run the relay in its workers.
 
@@ -57,11 +61,21 @@ def install(app: Any) -> Any:
     Returns:
         ``app``, so it can be used as ``app = install(Celery(...))``.
 
+    The ``ladder_*`` settings are validated here when ``app`` is configured
+    already, else as soon as its configuration is loaded (a bad one is then
+    logged as an error by Celery's signal, and raised again where it is read).
+
     Raises:
-        TypeError: ``app`` is not a Celery application.
+        TypeError: ``app`` is not a Celery application, or a ``ladder_*`` setting has the wrong type.
+        ValueError: a ``ladder_*`` setting has a bad value (the error names it).
     """
     if not hasattr(app, "amqp_cls") or not hasattr(app, "steps"):
         raise TypeError(f"app must be a celery.Celery application, not {type(app).__name__}")
+    if app.configured:
+        LadderSettings.from_conf(app.conf)
+    else:
+        app.on_after_configure.connect(_check_settings, weak=False, dispatch_uid="celery_ladder.settings")
+    shared_counter()  # made here, before a prefork pool forks (see celery_ladder.publish)
     if not installed(app):
         base = _amqp_class(app)
         app.amqp_cls = LadderAMQP if base is LadderAMQP.__mro__[1] else type(

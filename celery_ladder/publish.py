@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import threading
 from datetime import datetime
 from functools import cached_property
 from typing import Any, Callable, Mapping, Optional
@@ -18,7 +19,7 @@ from kombu_ladder.producer import LadderProducerMixin, target_name
 from .settings import read_bool, read_max_delay
 
 __all__ = ["LadderAMQP", "LadderTaskProducer", "NATIVE_DELAYED_PREFIX", "ROUTE_OPTION", "scheduled_count",
-           "task_eta"]
+           "shared_counter", "task_eta"]
 
 logger = logging.getLogger(__name__)
 
@@ -33,19 +34,31 @@ ROUTE_OPTION = "ladder_route"
 #: The routing options the native rewrite replaces (``queue`` popped, the other two overwritten).
 _ROUTE_KEYS = ("queue", "exchange", "routing_key", "exchange_type")
 
-#: Tasks handed to the ladder by this process tree. Created before the prefork pool forks,
-#: so the children's publishes (retries, callbacks) are counted where ``inspect ladder`` runs.
-_SCHEDULED: Any = multiprocessing.Value("q", 0)
+#: Tasks handed to the ladder by this process tree, in shared memory (see :func:`shared_counter`).
+_SCHEDULED: Any = None
+_SCHEDULED_LOCK = threading.Lock()
+
+
+def shared_counter() -> Any:
+    """The count of tasks handed to the ladder, made on first use: ``install()`` makes it, before
+    the prefork pool forks, so the children's publishes (retries, callbacks) are counted where
+    ``inspect ladder`` runs. Nothing is made on import."""
+    global _SCHEDULED
+    with _SCHEDULED_LOCK:
+        if _SCHEDULED is None:
+            _SCHEDULED = multiprocessing.Value("q", 0)
+        return _SCHEDULED
 
 
 def scheduled_count() -> int:
     """Return how many ETA tasks this process (and its forked children) put into the ladder."""
-    return int(_SCHEDULED.value)
+    return int(shared_counter().value)
 
 
 def _count_scheduled() -> None:
-    with _SCHEDULED.get_lock():
-        _SCHEDULED.value += 1
+    counter = shared_counter()
+    with counter.get_lock():
+        counter.value += 1
 
 
 def task_eta(value: Any, timezone: Any) -> datetime:

@@ -12,6 +12,7 @@ from typing import Any, Callable, Optional
 
 from kombu import Exchange, Producer
 
+from .brokers import clock_of
 from .compat import PUBLISH_OPTIONS
 from .contract import EXCHANGE, MESSAGE_TYPE, rung_name
 from .envelope import scheduled_headers
@@ -185,6 +186,7 @@ class LadderProducer(LadderProducerMixin, Producer):
     def __init__(self, *args: Any, clock: Optional[Callable[[], float]] = None,
                  max_delay: Optional[float] = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        clock = clock_of(self.connection, clock, default=None)  # the simulator's on a ladder-sim connection
         if clock is not None:
             self.clock = clock
         if max_delay is not None:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Callable, Iterable, Optional
 
 from kombu.compression import compress
 
+from .brokers import clock_of
+from .carry import text_of
 from .contract import ORIGINAL_ROUTING_KEY, PREFETCH, REPUBLISH_COUNT, RUNGS, describe
 from .plan import MAX_DELAY, Delay, check_max_delay, delay_seconds, parse_due_at, to_millis
 from .producer import LadderProducer
@@ -28,12 +29,8 @@ RELAY_START_TIMEOUT = 30.0
 def original_routing_key(message: Any) -> str:
     """Return the routing key a (possibly republished) message was first consumed with."""
     headers = message.headers or {}
-    key = headers.get(ORIGINAL_ROUTING_KEY)
-    if isinstance(key, bytes):
-        key = key.decode("utf-8", "replace")
-    if isinstance(key, str):
-        return key
-    return (message.delivery_info or {}).get("routing_key", "")
+    key = text_of(headers.get(ORIGINAL_ROUTING_KEY))
+    return key if key is not None else (message.delivery_info or {}).get("routing_key", "")
 
 
 def republish_count(message: Any) -> int:
@@ -78,21 +75,22 @@ class Scheduler:
         connection: Any,
         *,
         relay: bool = True,
-        clock: Callable[[], float] = time.time,
+        clock: Optional[Callable[[], float]] = None,
         serializer: Optional[str] = None,
         prefetch: int = PREFETCH,
         allowed_exchanges: Optional[Iterable[str]] = None,
         max_delay: float = MAX_DELAY,
     ) -> None:
         self.connection = connection
-        self.clock = clock
+        #: What due times are stamped with: ``clock``, else the simulator's on a ladder-sim connection.
+        self.clock: Callable[[], float] = clock_of(connection, clock)
         #: The longest delay accepted (seconds), for publishing and for the relay.
         self.max_delay = check_max_delay(max_delay)
         self._scheduled = 0
         self._lock = threading.Lock()
         declare(connection)
         self._channel = _confirming(connection.channel())
-        self._producer = LadderProducer(self._channel, serializer=serializer, clock=clock,
+        self._producer = LadderProducer(self._channel, serializer=serializer, clock=self.clock,
                                         max_delay=self.max_delay)
         self._relay: Optional[Relay] = None
         self._thread: Optional[threading.Thread] = None
@@ -102,19 +100,34 @@ class Scheduler:
             self._start_relay(prefetch=prefetch, allowed_exchanges=allowed_exchanges, max_delay=self.max_delay)
 
     @classmethod
-    def on(cls, connection: Any, *, relay: bool = True, **options: Any) -> "Scheduler":
+    def on(
+        cls,
+        connection: Any,
+        *,
+        relay: bool = True,
+        clock: Optional[Callable[[], float]] = None,
+        serializer: Optional[str] = None,
+        prefetch: int = PREFETCH,
+        allowed_exchanges: Optional[Iterable[str]] = None,
+        max_delay: float = MAX_DELAY,
+    ) -> "Scheduler":
         """Open a scheduler on ``connection`` with its queues declared.
 
         Arguments:
             connection: a :class:`kombu.Connection`.
             relay: run a relay in a background thread on a connection of its own.
-            **options: ``clock``, ``serializer``, ``prefetch``, ``allowed_exchanges``,
-                ``max_delay`` (seconds, default ten years).
+            clock: what due times are stamped with (epoch seconds); the default is the
+                wall clock, or the simulator's virtual clock on a ``ladder-sim://`` connection.
+            serializer: kombu's serializer for payloads that are not bytes.
+            prefetch: expired messages the relay holds at once.
+            allowed_exchanges: the target exchanges the relay may deliver to (default: every one).
+            max_delay: the longest delay accepted, in seconds (default ten years).
 
         Returns:
             The scheduler; use it as a context manager, or call :meth:`close`.
         """
-        return cls(connection, relay=relay, **options)
+        return cls(connection, relay=relay, clock=clock, serializer=serializer, prefetch=prefetch,
+                   allowed_exchanges=allowed_exchanges, max_delay=max_delay)
 
     def _start_relay(self, **options: Any) -> None:
         self._relay_connection = self.connection.clone()

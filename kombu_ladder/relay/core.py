@@ -8,6 +8,7 @@ from types import TracebackType
 from typing import Any, Callable, Iterable, Optional
 
 from .. import readable, wire
+from ..carry import confirming
 from ..contract import CONTROL, EXCHANGE, PARKING, PREFETCH
 from ..envelope import Deliver, Hop, Park, decide
 from ..plan import MAX_DELAY, check_max_delay
@@ -107,10 +108,7 @@ class RelayCore(ChannelCloses):
     def _open_publisher(self) -> None:
         channel = link.sibling(self._consume)
         channel.auto_decode = False  # its returns carry no properties to decode by (see link.Guard)
-        channel.confirm_select()
-        channel.events["basic_ack"].add(self._on_ack)
-        channel.events["basic_nack"].add(self._on_nack)
-        channel.events["basic_return"].add(self._on_return)
+        confirming(channel, on_ack=self._on_ack, on_nack=self._on_nack, on_return=self._on_return)
         self._guard.watch(channel, self._publisher_closed)
         self._publisher = channel
 
