@@ -58,7 +58,7 @@ class Relay(ConsumerMixin):
         self.report_every = report_every
         self._last_report = self._last_tick = time.monotonic()
         #: Set once the relay consumes from the control queue.
-        self.ready = threading.Event()
+        self.ready = self.core.consuming
 
     @property
     def counters(self) -> Counters:
@@ -79,7 +79,6 @@ class Relay(ConsumerMixin):
 
     def on_consume_ready(self, connection: Any, channel: Any, consumers: Any, **kwargs: Any) -> None:
         logger.info(I_CONSUMING, CONTROL, self.core.prefetch)
-        self.ready.set()
 
     def on_iteration(self) -> None:
         now = time.monotonic()
