@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .cancelling import cancel
 from .contract import CONTROL, EXCHANGE, PARKING, RUNGS, arguments_for, describe, rung_name
 from .errors import LadderError, TopologyConflict
 from .plan import MAX_DELAY, hops_for
@@ -27,6 +28,7 @@ __all__ = [
     "Scheduler",
     "TopologyConflict",
     "arguments_for",
+    "cancel",
     "declare",
     "describe",
     "hops_for",

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import signal
 import socket
-import threading
 import time
 from typing import Any, Callable, Iterable, Optional
 
