@@ -38,7 +38,7 @@ def _due_ms(due: Due) -> Optional[int]:
 
 
 def cancel_many(connection: Any, message_ids: Iterable[str], *, due: Due = None,
-                clock: Callable[[], float] = time.time) -> int:
+                clock: Callable[[], float] = time.time, key: str = "message_id") -> int:
     """Record the cancellation of every id in ``message_ids``; return how many, once all are confirmed.
 
     Arguments:
@@ -47,6 +47,8 @@ def cancel_many(connection: Any, message_ids: Iterable[str], *, due: Due = None,
         due: the messages' due time, when known: an aware datetime or epoch ms. A record
             with a due time is forgotten a day after it; one without, after the longest delay.
         clock: epoch seconds, for the record's timestamp.
+        key: ``"message_id"``, or ``"task_id"`` for Celery task ids (matched against a task
+            message's ``correlation_id``, where Celery puts the id).
 
     Raises:
         TypeError, ValueError: an id that cannot be an AMQP message id, or a bad ``due``.
@@ -64,7 +66,7 @@ def cancel_many(connection: Any, message_ids: Iterable[str], *, due: Due = None,
             channel.basic_publish = confirm
         producer = Producer(channel, routing_key=STREAM, auto_declare=False)
         for message_id in ids:
-            body = encode(message_id, at=int(clock() * 1000), due=due_ms)
+            body = encode(message_id, at=int(clock() * 1000), due=due_ms, key=key)
             producer.publish(body, routing_key=STREAM, content_type="application/json",
                              content_encoding="utf-8", delivery_mode=2)
             logger.info(I_CANCELLED, message_id, "unknown" if due_ms is None else due_ms, STREAM)

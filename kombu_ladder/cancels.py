@@ -27,6 +27,9 @@ MAX_RECORD_BYTES = 4096
 #: The ``ladder`` field of a cancellation, and of the marker a relay writes to know it has caught up.
 KIND_CANCEL = "cancel"
 KIND_MARKER = "marker"
+#: What a cancellation's id is matched against: the AMQP ``message_id`` (Kombu), or the Celery task id,
+#: which Celery sends as the ``correlation_id`` of a task message (and not as its ``message_id``).
+KEYS = ("message_id", "task_id")
 #: The record format's version.
 VERSION = 1
 
@@ -45,6 +48,8 @@ class Record:
     at: int
     #: The cancelled message's due time (epoch ms), when the canceller knew it.
     due: Optional[int] = None
+    #: What ``id`` is: one of :data:`KEYS`.
+    key: str = "message_id"
 
 
 def check_id(message_id: Any, *, argument: str = "message_id") -> str:
@@ -69,10 +74,17 @@ def _millis(value: Any, field: str) -> int:
     return value
 
 
-def encode(message_id: str, *, at: int, due: Optional[int] = None) -> bytes:
-    """Return the record (JSON bytes) cancelling ``message_id``, written at ``at`` (epoch ms)."""
+def encode(message_id: str, *, at: int, due: Optional[int] = None, key: str = "message_id") -> bytes:
+    """Return the record (JSON bytes) cancelling ``message_id``, written at ``at`` (epoch ms).
+
+    ``key`` says what the id is matched against (see :data:`KEYS`).
+    """
     check_id(message_id)
+    if key not in KEYS:
+        raise ValueError(f"key must be one of {', '.join(KEYS)}, not {key!r}")
     record: dict[str, Any] = {"ladder": KIND_CANCEL, "v": VERSION, "id": message_id, "at": _millis(at, "at")}
+    if key != "message_id":
+        record["key"] = key
     if due is not None:
         record["due"] = _millis(due, "due")
     return json.dumps(record, separators=(",", ":")).encode("utf-8")
@@ -110,7 +122,11 @@ def decode(body: Any) -> Record:
     except (TypeError, ValueError) as exc:
         raise RecordError(str(exc)) from None
     due = record.get("due")
-    return Record(kind, message_id, _millis(record.get("at"), "at"), None if due is None else _millis(due, "due"))
+    key = record.get("key", "message_id")
+    if key not in KEYS:
+        raise RecordError(f"field 'key' must be one of {', '.join(KEYS)}, not {key!r:.40}")
+    return Record(kind, message_id, _millis(record.get("at"), "at"), None if due is None else _millis(due, "due"),
+                  key)
 
 
 class LiveSet:

@@ -39,8 +39,9 @@ class CancelWatch:
 
     def __init__(self, *, clock: Callable[[], float], horizon_ms: int) -> None:
         self.clock = clock
-        #: The live cancelled ids.
+        #: The live cancelled message ids, and task ids (matched against a message's ``correlation_id``).
         self.live = LiveSet(horizon_ms=horizon_ms)
+        self.tasks = LiveSet(horizon_ms=horizon_ms)
         #: Records skipped because they were not valid cancellations.
         self.skipped = 0
         self._channel: Any = None
@@ -107,10 +108,11 @@ class CancelWatch:
             return
         now = int(self.clock() * 1000)
         if record.kind == "cancel":
-            self.live.add(record, now)
+            (self.tasks if record.key == "task_id" else self.live).add(record, now)
         elif record.id == self._token and self._on_ready is not None:
             self.live.prune(now, force=True)
-            logger.info(I_CAUGHT_UP, len(self.live), STREAM)
+            self.tasks.prune(now, force=True)
+            logger.info(I_CAUGHT_UP, len(self.live) + len(self.tasks), STREAM)
             self._ready()
 
     def stop_waiting(self) -> None:
@@ -123,18 +125,21 @@ class CancelWatch:
             logger.warning(W_SLOW, STREAM, CATCH_UP_TIMEOUT)
             self._ready()
 
-    def cancelled(self, message_id: Any) -> bool:
-        """Whether the message with this id (bytes as on the wire, or str) is cancelled now."""
-        if isinstance(message_id, (bytes, bytearray)):
-            try:
-                message_id = bytes(message_id).decode("utf-8")
-            except UnicodeDecodeError:
-                return False
-        if not message_id:
-            return False
+    def cancelled(self, message_id: Any, correlation_id: Any = None) -> Optional[str]:
+        """The id under which a message with these properties (bytes as on the wire) is cancelled, or None."""
         now = int(self.clock() * 1000)
-        self.live.prune(now)
-        return self.live.cancelled(message_id, now)
+        for ids, value in ((self.live, message_id), (self.tasks, correlation_id)):
+            if not value or not len(ids):
+                continue
+            ids.prune(now)
+            if isinstance(value, (bytes, bytearray)):
+                try:
+                    value = bytes(value).decode("utf-8")
+                except UnicodeDecodeError:
+                    continue
+            if ids.cancelled(value, now):
+                return str(value)
+        return None
 
     def close(self) -> None:
         """Close the stream channel."""

@@ -194,8 +194,10 @@ class RelayCore(ChannelCloses):
         if problem is not None:
             return self._park(job, f"malformed: {problem}; its properties are kept as bytes", raw_only=True)
         job.props = props
-        if self.cancels is not None and self.cancels.cancelled(props.fields.get("message_id")):
-            return self._drop_cancelled(job)
+        cancelled = None if self.cancels is None else self.cancels.cancelled(
+            props.fields.get("message_id"), props.fields.get("correlation_id"))
+        if cancelled is not None:
+            return self._drop_cancelled(job, cancelled)
         job.headers, properties = outgoing.views(props)
         repeated = outgoing.twice(props, job.headers)
         if repeated is not None:
@@ -219,11 +221,11 @@ class RelayCore(ChannelCloses):
             self._park(job, decision.reason)
         return None
 
-    def _drop_cancelled(self, job: Job) -> None:
+    def _drop_cancelled(self, job: Job, message_id: str) -> None:
         """Ack and drop a cancelled message: no publish, counted and logged with its id."""
         job.done = True
         self.counters.cancelled += 1
-        logger.info(I_CANCELLED, quote(job.props.fields.get("message_id", b"").decode("utf-8", "replace")))
+        logger.info(I_CANCELLED, quote(message_id))
         self._settled()
 
 
