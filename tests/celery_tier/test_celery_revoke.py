@@ -74,7 +74,8 @@ def test_every_revoke_path_and_ladder_cancel_record_a_cancellation(broker_url: s
     try:
         app.AsyncResult(ids["result"]).revoke()
         app.control.revoke(ids["control"])
-        for args in (["control", "revoke", ids["cli-revoke"], "--timeout", "0.2"], ["ladder", "cancel", ids["cli-cancel"]]):
+        for args in (["control", "revoke", ids["cli-revoke"], "--timeout", "0.2"],
+                     ["ladder", "cancel", ids["cli-cancel"]]):
             done = subprocess.run([sys.executable, "-m", "celery", "-A", "faultapp", *args], env=env,
                                   capture_output=True, text=True, timeout=60)
             if args[0] == "ladder":
