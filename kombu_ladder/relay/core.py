@@ -26,6 +26,7 @@ __all__ = ["RelayCore", "RelayConsumer"]
 logger = logging.getLogger("kombu_ladder.relay")
 
 E_MESSAGE = "the relay failed on a message (delivery tag %s); parking it"
+I_CONSUMING = "relay consuming from %s (prefetch %d)"
 I_CANCELLED = "dropped cancelled message %s (its id is in ladder.cancellations)"
 
 
@@ -134,6 +135,7 @@ class RelayCore(ChannelCloses):
         self._guard.watch(channel, self._consume_closed)
         channel.basic_qos(0, self.prefetch, False)
         self._tag = channel.basic_consume(CONTROL, callback=self.on_message, no_ack=False)
+        logger.info(I_CONSUMING, CONTROL, self.prefetch)
         self.consuming.set()
 
     def _cancel(self) -> None:

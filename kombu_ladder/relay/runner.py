@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterable, Optional
 
 from kombu.mixins import ConsumerMixin
 
-from ..contract import CONTROL, PREFETCH
+from ..contract import PREFETCH
 from ..plan import MAX_DELAY
 from ..targets import ExchangeCheck
 from ..topology import declare
@@ -77,7 +77,7 @@ class Relay(ConsumerMixin):
         return [self.core.consumer(channel)]
 
     def on_consume_ready(self, connection: Any, channel: Any, consumers: Any, **kwargs: Any) -> None:
-        logger.info(I_CONSUMING, CONTROL, self.core.prefetch)
+        """The core logs ``relay consuming from ...`` once it consumes (after reading the cancellations)."""
 
     def on_iteration(self) -> None:
         now = time.monotonic()
