@@ -91,3 +91,12 @@ def test_prune_runs_at_most_once_per_interval_unless_forced() -> None:
 def test_the_stream_name_is_outside_the_contracts_namespace() -> None:
     assert not cancels.STREAM.startswith("acemq.")
     assert cancels.STREAM_ARGUMENTS["x-queue-type"] == "stream"
+
+
+def test_a_task_id_record_says_so_and_a_bad_key_is_refused() -> None:
+    assert decode(encode("t-1", at=NOW, key="task_id")) == Record("cancel", "t-1", NOW, None, "task_id")
+    assert b"key" not in encode("m-1", at=NOW)  # the default stays implicit
+    with pytest.raises(RecordError, match="field 'key'"):
+        decode(json.dumps({"ladder": "cancel", "v": 1, "id": "x", "at": 1, "key": "body"}).encode())
+    with pytest.raises(ValueError, match="key must be one of"):
+        encode("x", at=NOW, key="body")
