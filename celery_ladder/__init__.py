@@ -45,13 +45,27 @@ def _check_settings(sender: Any = None, source: Any = None, **kwargs: Any) -> No
     LadderSettings.from_conf(source)
 
 
+def _install_revoke(app: Any) -> None:
+    """Make ``app``'s revokes record a ladder cancellation too (see :mod:`celery_ladder.revoke`)."""
+    from .revoke import LadderControl
+
+    base = app.control_cls
+    base = symbol_by_name(base) if isinstance(base, str) else base
+    if isinstance(base, type) and issubclass(base, LadderControl):
+        return
+    app.control_cls = type(f"Ladder{base.__name__}", (LadderControl, base), {})
+    if "control" in app.__dict__:  # already built: rebuild it with the revoke hook
+        del app.control
+
+
 def install(app: Any) -> Any:
     """Send ``app``'s countdown/eta tasks through the ladder and run the relay in its workers.
 
     After this, ``apply_async(countdown=|eta=)``, ``retry(countdown=)``,
     ``autoretry_for`` backoffs and signatures with a countdown are published
     into the ladder and delivered to the exchange and routing key Celery chose,
-    unchanged. Tasks without an ETA take Celery's own path. The settings
+    unchanged. Tasks without an ETA take Celery's own path. A revoke also
+    records a durable ladder cancellation of the task id. The settings
     ``ladder_enabled`` and ``ladder_relay`` are read when they are used, so
     call this before or after configuring the app. Idempotent.
 
@@ -84,5 +98,6 @@ def install(app: Any) -> Any:
         if "amqp" in app.__dict__:  # already built: rebuild it with the ladder's producers
             del app.amqp
         logger.debug("celery_ladder installed on %r", app)
+    _install_revoke(app)
     add_relay_step(app)
     return app

@@ -128,6 +128,21 @@ def show(ctx: click.Context, task_id: str, limit: int, as_json: bool, **kwargs: 
 
 
 @ladder.command(cls=CeleryCommand)
+@click.argument("task_ids", metavar="TASK_ID...", nargs=-1, required=True)
+@click.pass_context
+@handle_preload_options
+def cancel(ctx: click.Context, task_ids: tuple[str, ...], **kwargs: Any) -> None:
+    """Cancel tasks waiting in the ladder (countdown/ETA): no worker ever runs them.
+
+    Recorded durably in the ladder.cancellations stream, so the cancellation holds
+    across worker restarts, unlike 'celery control revoke' alone (which, with the
+    ladder installed, records it too).
+    """
+    with _broker(ctx) as connection:
+        commands.cancel(connection, list(task_ids), key="task_id")
+
+
+@ladder.command(cls=CeleryCommand)
 @click.pass_context
 @handle_preload_options
 def declare(ctx: click.Context, **kwargs: Any) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .brokers import install_scheme
+from .cancelling import cancel
 from .contract import CONTROL, EXCHANGE, PARKING, RUNGS
 from .errors import LadderError, TopologyConflict
 from .migrate import MoveResult, move
@@ -26,6 +27,7 @@ __all__ = [
     "LadderProducerMixin",
     "Relay",
     "declare",
+    "cancel",
     "original_routing_key",
     "republish_count",
     # operating

@@ -116,6 +116,20 @@ def check(min_relays: int, max_backlog: int, max_parked: Optional[int], as_json:
 
 
 @cli.command()
+@click.argument("ids", metavar="MESSAGE_ID...", nargs=-1, required=True)
+@_common_options(top=False)
+def cancel(ids: tuple[str, ...]) -> None:
+    """Cancel waiting messages by their AMQP message id: no relay delivers them.
+
+    The cancellations are recorded in the ladder.cancellations stream; every relay,
+    including one started later, drops these messages at their next hop or delivery.
+    A message already delivered is not taken back.
+    """
+    with _broker() as connection:
+        commands.cancel(connection, list(ids))
+
+
+@cli.command()
 @click.argument("ident", metavar="ID")
 @checks.find_limit_option()
 @checks.every_option()

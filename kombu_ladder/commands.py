@@ -19,6 +19,8 @@ from kombu import Connection
 from kombu.exceptions import OperationalError
 
 from .brokers import UnsupportedBroker, require_rabbitmq
+from .cancelling import cancel_many
+from .cancels import STREAM
 from .contract import CONTROL, PARKING, PREFETCH
 from .depths import QueueDepth, queue_depths
 from .due import DueBound, due_bounds, due_lines
@@ -58,6 +60,7 @@ I_STATUS_HEADER = "{:<26} {:>9} {:>9}"
 I_PARKED_TITLE = "why they are parked (the first {}):"
 I_REPLAYED = "replayed {} parked message(s) to {}; {} left parked"
 I_MOVED = "moved {} message(s)"
+I_CANCELLED = "cancelled {} message(s): recorded in {}; every relay drops them at their next hop or delivery"
 
 #: Log format of the commands that log (the relay).
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -210,6 +213,15 @@ def status(connection: Connection, *, parked: int = 100, as_json: bool = False, 
         return
     for line in status_lines(report):
         emit(line)
+
+
+def cancel(connection: Connection, ids: Sequence[str], *, key: str = "message_id") -> None:
+    """Record the cancellation of every id in ``ids`` (confirmed by the broker); print how many."""
+    try:
+        count = cancel_many(connection, ids, key=key)
+    except (TypeError, ValueError) as exc:  # an id no message can have: say which rule it breaks
+        raise BadUsage(str(exc)) from None
+    emit(I_CANCELLED.format(count, STREAM))
 
 
 def replay(connection: Connection, *, limit: Optional[int] = None, match: Optional[str] = None) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import uuid
+from collections import OrderedDict
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Callable, Iterable, Optional
@@ -11,6 +13,7 @@ from typing import Any, Callable, Iterable, Optional
 from kombu.compression import compress
 
 from .brokers import clock_of
+from .cancelling import cancel_many
 from .carry import text_of
 from .contract import ORIGINAL_ROUTING_KEY, PREFETCH, REPUBLISH_COUNT, RUNGS, describe
 from .plan import MAX_DELAY, Delay, check_max_delay, delay_seconds, parse_due_at, to_millis
@@ -24,6 +27,8 @@ logger = logging.getLogger(__name__)
 
 #: How long :meth:`Scheduler.on` waits for its relay to start consuming.
 RELAY_START_TIMEOUT = 30.0
+#: How many scheduled messages' due times a scheduler remembers, for :meth:`Scheduler.cancel`.
+REMEMBER_DUE = 100_000
 
 
 def original_routing_key(message: Any) -> str:
@@ -87,6 +92,8 @@ class Scheduler:
         #: The longest delay accepted (seconds), for publishing and for the relay.
         self.max_delay = check_max_delay(max_delay)
         self._scheduled = 0
+        #: message id -> due time (epoch ms) of what this scheduler scheduled lately, newest last.
+        self._due: "OrderedDict[str, int]" = OrderedDict()
         self._lock = threading.Lock()
         declare(connection)
         self._channel = _confirming(connection.channel())
@@ -140,11 +147,13 @@ class Scheduler:
 
     # -- scheduling ---------------------------------------------------------
 
-    def in_(self, delay: Delay, payload: Any, *, routing_key: str, exchange: str = "", **kwargs: Any) -> None:
-        """Deliver ``payload`` after ``delay`` (seconds, or a timedelta).
+    def in_(self, delay: Delay, payload: Any, *, routing_key: str, exchange: str = "", **kwargs: Any) -> str:
+        """Deliver ``payload`` after ``delay`` (seconds, or a timedelta); return its message id.
 
         Zero or negative delivers immediately. ``**kwargs`` go to
         :meth:`kombu.Producer.publish` (``headers``, ``serializer``, properties).
+        The id is the AMQP ``message_id`` given in ``**kwargs``, or a new UUID;
+        pass it to :meth:`cancel`.
 
         Raises:
             TypeError: ``delay`` is not a number or timedelta, or ``routing_key`` not a str.
@@ -152,18 +161,37 @@ class Scheduler:
                 or ``routing_key`` is empty for the default exchange.
         """
         # Checked here: None would otherwise mean "no delay" to the producer.
-        delay_seconds(delay, argument="delay", max_delay=self.max_delay)
-        self._publish(payload, routing_key, exchange, countdown=delay, **kwargs)
+        seconds = delay_seconds(delay, argument="delay", max_delay=self.max_delay)
+        due = int((self.clock() + max(seconds, 0.0)) * 1000)
+        return self._publish(payload, routing_key, exchange, countdown=delay, due_ms=due, **kwargs)
 
-    def at(self, when: datetime, payload: Any, *, routing_key: str, exchange: str = "", **kwargs: Any) -> None:
-        """Deliver ``payload`` at ``when``, an aware datetime; the past delivers now.
+    def at(self, when: datetime, payload: Any, *, routing_key: str, exchange: str = "", **kwargs: Any) -> str:
+        """Deliver ``payload`` at ``when``, an aware datetime; the past delivers now. Return its message id.
 
         Raises:
             TypeError: ``when`` is not a datetime.
             ValueError: ``when`` is naive, or see :meth:`in_`.
         """
-        to_millis(when, argument="when")  # None would otherwise mean "no delay" to the producer
-        self._publish(payload, routing_key, exchange, eta=when, **kwargs)
+        due = to_millis(when, argument="when")  # None would otherwise mean "no delay" to the producer
+        return self._publish(payload, routing_key, exchange, eta=when, due_ms=due, **kwargs)
+
+    def cancel(self, message_id: str, *, due: Optional[datetime] = None) -> None:
+        """Cancel the scheduled message ``message_id``; return once the broker confirmed the record.
+
+        Every relay, including one started later, drops the message when it next
+        reaches it (at a hop or at delivery) and counts it under ``cancelled``.
+        A message already delivered is not taken back. ``due`` (an aware datetime)
+        bounds how long relays keep the cancellation; for a message this scheduler
+        scheduled lately it is known already.
+
+        Raises:
+            TypeError, ValueError: ``message_id`` cannot be an AMQP message id.
+        """
+        if self._closed:
+            raise RuntimeError("this scheduler is closed")
+        with self._lock:
+            known = self._due.get(message_id) if isinstance(message_id, str) else None
+            cancel_many(self.connection, [message_id], due=due if due is not None else known, clock=self.clock)
 
     def republish(self, message: Any, delay: Delay, *, queue: str) -> int:
         """Ask for ``message`` again after ``delay``, at the back of ``queue``.
@@ -197,7 +225,8 @@ class Scheduler:
         message.ack()
         return count
 
-    def _publish(self, payload: Any, routing_key: str, exchange: str, **kwargs: Any) -> None:
+    def _publish(self, payload: Any, routing_key: str, exchange: str, *, due_ms: Optional[int] = None,
+                 **kwargs: Any) -> str:
         if self._closed:
             raise RuntimeError("this scheduler is closed")
         if not isinstance(routing_key, str):
@@ -206,9 +235,17 @@ class Scheduler:
             raise TypeError(f"exchange must be a str, not {type(exchange).__name__}")
         # One publish at a time: a py-amqp channel is not thread-safe, and each publish
         # waits for its confirm (concurrent callers hung, each reading the other's frames).
+        message_id = kwargs.get("message_id")
+        if message_id is None and due_ms is not None:  # in_ and at; a republish keeps what it had
+            message_id = kwargs["message_id"] = str(uuid.uuid4())
         with self._lock:
             self._producer.publish(payload, routing_key=routing_key, exchange=exchange, **kwargs)
             self._scheduled += 1
+            if due_ms is not None and isinstance(message_id, str):
+                self._due[message_id] = due_ms
+                if len(self._due) > REMEMBER_DUE:
+                    self._due.popitem(last=False)
+        return "" if message_id is None else str(message_id)
 
     # -- counters -----------------------------------------------------------
 
@@ -231,6 +268,11 @@ class Scheduler:
     def malformed(self) -> int:
         """Messages its relay found without valid schedule headers (parked, not dropped)."""
         return self._relay.counters.malformed if self._relay else 0
+
+    @property
+    def cancelled(self) -> int:
+        """Cancelled messages its relay dropped (at a hop or at delivery)."""
+        return self._relay.counters.cancelled if self._relay else 0
 
     @property
     def parked(self) -> int:

@@ -292,7 +292,7 @@ def test_relay_runs_relays_and_stops_cleanly(connection: Connection, broker_url:
     text = log.read_text()
     assert f"received {signal.Signals(signum).name}, stopping the relay" in text
     assert re.search(r"relay stopped: \{'received': 1, 'delivered': 1, 'hops': 0, 'malformed': 0, 'parked': 0, "
-                     r"'refused': 0\}", text), text
+                     r"'refused': 0, 'cancelled': 0\}", text), text
     assert "Traceback" not in text
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from types import TracebackType
 from typing import Any, Callable, Iterable, Optional
@@ -14,6 +15,7 @@ from ..envelope import Deliver, Hop, Park, decide
 from ..plan import MAX_DELAY, check_max_delay
 from ..text import escape, quote
 from . import link, outgoing
+from .cancelwatch import CancelWatch
 from .closes import ChannelCloses
 from .counters import AllowList, Counters
 from .notices import Notices
@@ -25,6 +27,8 @@ __all__ = ["RelayCore", "RelayConsumer"]
 logger = logging.getLogger("kombu_ladder.relay")
 
 E_MESSAGE = "the relay failed on a message (delivery tag %s); parking it"
+I_CONSUMING = "ladder relay consuming from %s (prefetch %d, publisher confirms)"
+I_CANCELLED = "dropped cancelled message %s (its id is in ladder.cancellations)"
 
 
 class RelayCore(ChannelCloses):
@@ -55,6 +59,7 @@ class RelayCore(ChannelCloses):
         exchange_check: Optional[Callable[[str], Optional[str]]] = None,
         max_refusals: int = MAX_REFUSALS,
         max_delay: float = MAX_DELAY,
+        cancellations: bool = True,
     ) -> None:
         #: A due time further ahead than this (ms) is parked as malformed: a unit mistake.
         self.max_delay_ms = round(check_max_delay(max_delay) * 1000)
@@ -78,6 +83,10 @@ class RelayCore(ChannelCloses):
         self._tag: Optional[str] = None
         self._waiting: list[Publish] = []
         self._careful = None
+        #: The live cancellations, read from ``ladder.cancellations`` (None: not enforced).
+        self.cancels = CancelWatch(clock=clock, horizon_ms=self.max_delay_ms) if cancellations else None
+        #: Set once the relay consumes the control queue (after reading the cancellations).
+        self.consuming = threading.Event()
 
     @property
     def channel(self) -> Any:
@@ -103,7 +112,11 @@ class RelayCore(ChannelCloses):
     def _start(self) -> None:
         self._guard = link.guard_of(self._consume)
         self._open_publisher()
-        self._open_consumer(self._consume)
+        if self.cancels is None:
+            self._open_consumer(self._consume)
+        else:  # the control queue only once every earlier cancellation is known
+            channel = self._consume
+            self.cancels.start(link.sibling(channel), self._guard, lambda: self._open_consumer(channel))
 
     def _open_publisher(self) -> None:
         channel = link.sibling(self._consume)
@@ -113,16 +126,22 @@ class RelayCore(ChannelCloses):
         self._publisher = channel
 
     def _open_consumer(self, channel: Any) -> None:
+        if channel is not self._consume:
+            return  # a stale start: the relay reconnected since
         self._consume = channel
         channel.auto_decode = False  # the relay passes bodies on as bytes
         self._guard.watch(channel, self._consume_closed)
         channel.basic_qos(0, self.prefetch, False)
         self._tag = channel.basic_consume(CONTROL, callback=self.on_message, no_ack=False)
+        logger.info(I_CONSUMING, CONTROL, self.prefetch)
+        self.consuming.set()
 
     def _cancel(self) -> None:
         """Stop taking messages; what was taken is still published and acked as confirms arrive."""
         channel, tag = self._consume, self._tag
         self._tag = None
+        if self.cancels is not None:
+            self.cancels.stop_waiting()  # a relay stopping before it caught up never starts consuming
         if channel is not None and tag is not None:
             try:
                 channel.basic_cancel(tag)
@@ -136,12 +155,16 @@ class RelayCore(ChannelCloses):
             self._guard.unwatch(self._consume)
         link.close_quietly(self._publisher)
         self._publisher = None
+        if self.cancels is not None:
+            self.cancels.close()
 
     @guarded("a tick")
     def tick(self) -> None:
         """Send again what waited for its back-off; write the log summaries that are due."""
         if self._waiting:
             self._due_again(self.clock())
+        if self.cancels is not None:
+            self.cancels.tick()
         self.notices.flush()
 
     # -- one expired message -------------------------------------------------------------
@@ -171,6 +194,10 @@ class RelayCore(ChannelCloses):
         if problem is not None:
             return self._park(job, f"malformed: {problem}; its properties are kept as bytes", raw_only=True)
         job.props = props
+        cancelled = None if self.cancels is None else self.cancels.cancelled(
+            props.fields.get("message_id"), props.fields.get("correlation_id"))
+        if cancelled is not None:
+            return self._drop_cancelled(job, cancelled)
         job.headers, properties = outgoing.views(props)
         repeated = outgoing.twice(props, job.headers)
         if repeated is not None:
@@ -193,6 +220,13 @@ class RelayCore(ChannelCloses):
         else:
             self._park(job, decision.reason)
         return None
+
+    def _drop_cancelled(self, job: Job, message_id: str) -> None:
+        """Ack and drop a cancelled message: no publish, counted and logged with its id."""
+        job.done = True
+        self.counters.cancelled += 1
+        logger.info(I_CANCELLED, quote(message_id))
+        self._settled()
 
 
 class RelayConsumer:

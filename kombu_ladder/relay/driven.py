@@ -7,7 +7,7 @@ import socket
 import time
 from typing import Any, Callable, Iterable, Optional
 
-from ..contract import CONTROL, PREFETCH
+from ..contract import PREFETCH
 from ..plan import MAX_DELAY
 from ..targets import ExchangeCheck
 from ..topology import declare
@@ -18,7 +18,6 @@ __all__ = ["DrivenRelay", "Driver", "STOP_GRACE"]
 
 logger = logging.getLogger("kombu_ladder.relay")
 
-I_CONSUMING = "ladder relay consuming from %s (prefetch %d, publisher confirms)"
 I_STOPPED = "relay stopped: %s"
 
 #: Seconds a stopping relay waits for outstanding confirms, so a clean stop duplicates nothing.
@@ -85,8 +84,7 @@ class DrivenRelay:
     def start(self, connection: Any, channel: Any) -> RelayConsumer:
         """:meth:`attach`, then consume: the relay takes expiries from now on."""
         consumer = self.attach(connection, channel)
-        consumer.consume()
-        logger.info(I_CONSUMING, CONTROL, self.core.prefetch)
+        consumer.consume()  # the core logs "ladder relay consuming" once it consumes (after the cancellations)
         return consumer
 
     def tick(self) -> None:

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import logging
 import signal
-import threading
 import time
 from typing import Any, Callable, Iterable, Optional
 
 from kombu.mixins import ConsumerMixin
 
 from ..brokers import clock_of
-from ..contract import CONTROL, PREFETCH
+from ..contract import PREFETCH
 from ..plan import MAX_DELAY
-from .driven import I_CONSUMING, I_STOPPED, STOP_GRACE, DrivenRelay, Driver
+from .driven import I_STOPPED, STOP_GRACE, DrivenRelay, Driver
 
 __all__ = ["Relay", "STOP_GRACE"]
 
@@ -51,7 +50,7 @@ class Relay(Driver, ConsumerMixin):
         self.report_every = report_every
         self._last_report = self._last_tick = time.monotonic()
         #: Set once the relay consumes from the control queue.
-        self.ready = threading.Event()
+        self.ready = self.core.consuming
 
     def run(self, _tokens: int = 1, **kwargs: Any) -> None:
         """Consume until :meth:`stop`, reconnecting as needed (kombu's ConsumerMixin loop)."""
@@ -62,10 +61,6 @@ class Relay(Driver, ConsumerMixin):
 
     def get_consumers(self, Consumer: Any, channel: Any) -> list[Any]:  # noqa: N803 - kombu's name
         return [self.relay.attach(self.connection, channel)]
-
-    def on_consume_ready(self, connection: Any, channel: Any, consumers: Any, **kwargs: Any) -> None:
-        logger.info(I_CONSUMING, CONTROL, self.core.prefetch)
-        self.ready.set()
 
     def on_iteration(self) -> None:
         now = time.monotonic()
