@@ -11,7 +11,8 @@ from .parking import ReplayResult, parked_reasons, replay
 from .plan import MAX_DELAY, hops_for
 from .producer import LadderProducer, LadderProducerMixin
 from .relay import Relay
-from .scheduler import Scheduler, original_routing_key, republish_count
+from .republishing import original_routing_key, republish_count
+from .scheduler import Scheduler
 from .topology import declare
 
 # The one thing importing kombu_ladder does: name the simulator's transport in kombu's table, so a

@@ -10,15 +10,13 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Callable, Iterable, Optional
 
-from kombu.compression import compress
-
 from .brokers import clock_of
 from .cancelling import cancel_many
-from .carry import text_of
-from .contract import ORIGINAL_ROUTING_KEY, PREFETCH, REPUBLISH_COUNT, RUNGS, describe
-from .plan import MAX_DELAY, Delay, check_max_delay, delay_seconds, parse_due_at, to_millis
+from .contract import PREFETCH, RUNGS, describe
+from .plan import MAX_DELAY, Delay, check_max_delay, delay_seconds, to_millis
 from .producer import LadderProducer
 from .relay import Relay
+from .republishing import original_routing_key, republish_copy, republish_count
 from .topology import declare
 
 __all__ = ["Scheduler", "original_routing_key", "republish_count"]
@@ -29,34 +27,6 @@ logger = logging.getLogger(__name__)
 RELAY_START_TIMEOUT = 30.0
 #: How many scheduled messages' due times a scheduler remembers, for :meth:`Scheduler.cancel`.
 REMEMBER_DUE = 100_000
-
-
-def original_routing_key(message: Any) -> str:
-    """Return the routing key a (possibly republished) message was first consumed with."""
-    headers = message.headers or {}
-    key = text_of(headers.get(ORIGINAL_ROUTING_KEY))
-    return key if key is not None else (message.delivery_info or {}).get("routing_key", "")
-
-
-def republish_count(message: Any) -> int:
-    """Return how many times ``message`` has been republished (0 for an original)."""
-    count = parse_due_at((message.headers or {}).get(REPUBLISH_COUNT))
-    return count if count is not None and count > 0 else 0
-
-
-def _body_as_it_came(message: Any) -> Any:
-    """The body bytes a consumed message arrived with.
-
-    kombu decompresses a body with a ``compression`` header when the message is
-    received; republished with that header, it must be compressed again (kombu's
-    codecs are deterministic: the same bytes come back). A body kombu could not
-    decompress is left as it came.
-    """
-    compression = (message.headers or {}).get("compression")
-    if not compression or getattr(message, "errors", None):
-        return message.body
-    body = message.body
-    return compress(body.encode("utf-8") if isinstance(body, str) else body, compression)[0]
 
 
 def _confirming(channel: Any) -> Any:
@@ -208,20 +178,8 @@ class Scheduler:
         if not isinstance(queue, str) or not queue:
             raise ValueError(f"queue must be the name of the queue to return to, not {queue!r}")
         delay_seconds(delay, argument="delay", max_delay=self.max_delay)  # None would otherwise republish at once
-        headers = dict(message.headers or {})
-        headers[ORIGINAL_ROUTING_KEY] = original_routing_key(message)
-        count = republish_count(message) + 1
-        headers[REPUBLISH_COUNT] = count
-        props = message.properties or {}
-        properties = {
-            k: props[k] for k in ("correlation_id", "reply_to", "message_id", "priority", "app_id")
-            if props.get(k) is not None
-        }
-        self._publish(
-            _body_as_it_came(message), queue, "", countdown=delay, headers=headers,
-            content_type=message.content_type or "application/octet-stream",
-            content_encoding=message.content_encoding or "binary", **properties,
-        )
+        body, options, count = republish_copy(message)
+        self._publish(body, queue, "", countdown=delay, **options)
         message.ack()
         return count
 
