@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
-import time
 from datetime import datetime
 from typing import Any, Callable, Iterable, Optional, Union
 
 from kombu import Producer
 
+from .brokers import clock_of
 from .cancels import STREAM, STREAM_ARGUMENTS, check_id, encode
+from .carry import waiting_for_confirms
 from .plan import to_millis
 
 __all__ = ["cancel", "cancel_many", "declare_stream"]
@@ -38,7 +39,7 @@ def _due_ms(due: Due) -> Optional[int]:
 
 
 def cancel_many(connection: Any, message_ids: Iterable[str], *, due: Due = None,
-                clock: Callable[[], float] = time.time, key: str = "message_id") -> int:
+                clock: Optional[Callable[[], float]] = None, key: str = "message_id") -> int:
     """Record the cancellation of every id in ``message_ids``; return how many, once all are confirmed.
 
     Arguments:
@@ -46,7 +47,8 @@ def cancel_many(connection: Any, message_ids: Iterable[str], *, due: Due = None,
         message_ids: AMQP message ids (a Celery task's id is its message's id).
         due: the messages' due time, when known: an aware datetime or epoch ms. A record
             with a due time is forgotten a day after it; one without, after the longest delay.
-        clock: epoch seconds, for the record's timestamp.
+        clock: epoch seconds, for the record's timestamp (default: the wall clock, or the
+            simulator's virtual clock on a ``ladder-sim://`` connection).
         key: ``"message_id"``, or ``"task_id"`` for Celery task ids (matched against a task
             message's ``correlation_id``, where Celery puts the id).
 
@@ -54,16 +56,14 @@ def cancel_many(connection: Any, message_ids: Iterable[str], *, due: Due = None,
         TypeError, ValueError: an id that cannot be an AMQP message id, or a bad ``due``.
     """
     ids = [check_id(message_id) for message_id in message_ids]
+    clock = clock_of(connection, clock)
     due_ms = _due_ms(due)
     if not ids:
         return 0
     channel = connection.channel()
     try:
         declare_stream(channel)
-        channel.confirm_select()
-        confirm = getattr(channel, "basic_publish_confirm", None)
-        if confirm is not None:
-            channel.basic_publish = confirm
+        waiting_for_confirms(channel)
         producer = Producer(channel, routing_key=STREAM, auto_declare=False)
         for message_id in ids:
             body = encode(message_id, at=int(clock() * 1000), due=due_ms, key=key)
@@ -78,7 +78,8 @@ def cancel_many(connection: Any, message_ids: Iterable[str], *, due: Due = None,
     return len(ids)
 
 
-def cancel(connection: Any, message_id: str, *, due: Due = None, clock: Callable[[], float] = time.time) -> None:
+def cancel(connection: Any, message_id: str, *, due: Due = None,
+           clock: Optional[Callable[[], float]] = None) -> None:
     """Record the cancellation of ``message_id``; return once the broker confirmed it.
 
     Every relay, including one started later, drops the message when it next

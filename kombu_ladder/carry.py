@@ -63,3 +63,11 @@ def confirming(channel: Any, *, on_ack: Optional[Callable[..., Any]] = None,
         if handler is not None:
             channel.events[event].add(handler)
     return channel
+
+
+def waiting_for_confirms(channel: Any) -> Any:
+    """Make every publish on ``channel`` wait for the broker's confirm, where it can (py-amqp); return it."""
+    confirm = getattr(channel, "basic_publish_confirm", None)
+    if confirm is not None:
+        channel.basic_publish = confirm
+    return channel

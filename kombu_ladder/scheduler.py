@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterable, Optional
 
 from .brokers import clock_of
 from .cancelling import cancel_many
+from .carry import waiting_for_confirms
 from .contract import PREFETCH, RUNGS, describe
 from .plan import MAX_DELAY, Delay, check_max_delay, delay_seconds, to_millis
 from .producer import LadderProducer
@@ -27,14 +28,6 @@ logger = logging.getLogger(__name__)
 RELAY_START_TIMEOUT = 30.0
 #: How many scheduled messages' due times a scheduler remembers, for :meth:`Scheduler.cancel`.
 REMEMBER_DUE = 100_000
-
-
-def _confirming(channel: Any) -> Any:
-    """Make every publish on ``channel`` wait for the broker's confirm, where it can."""
-    confirm = getattr(channel, "basic_publish_confirm", None)
-    if confirm is not None:
-        channel.basic_publish = confirm
-    return channel
 
 
 class Scheduler:
@@ -66,7 +59,7 @@ class Scheduler:
         self._due: "OrderedDict[str, int]" = OrderedDict()
         self._lock = threading.Lock()
         declare(connection)
-        self._channel = _confirming(connection.channel())
+        self._channel = waiting_for_confirms(connection.channel())
         self._producer = LadderProducer(self._channel, serializer=serializer, clock=self.clock,
                                         max_delay=self.max_delay)
         self._relay: Optional[Relay] = None

@@ -76,13 +76,18 @@ class _Records(logging.Handler):
 
 
 def test_bad_records_on_the_stream_are_skipped_and_never_stop_a_relay(ladder_backend: Any) -> None:
-    records = _Records()  # on the relay's logger itself: another test may have stopped its propagation
-    relay_logger = logging.getLogger("kombu_ladder.relay")
+    records = _Records()  # on the relay's logger itself: another test may have stopped its propagation,
+    relay_logger = logging.getLogger("kombu_ladder.relay")  # or disabled it (a dictConfig of an earlier test)
+    was = relay_logger.disabled, relay_logger.level
+    relay_logger.disabled = False
+    relay_logger.setLevel(logging.WARNING)
     relay_logger.addHandler(records)
     try:
         _bad_records(ladder_backend)
     finally:
         relay_logger.removeHandler(records)
+        relay_logger.disabled = was[0]
+        relay_logger.setLevel(was[1])
     skipped = [line for line in records.lines if "is not a cancellation" in line]
     assert len(skipped) == 5, records.lines
 
