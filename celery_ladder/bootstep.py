@@ -45,6 +45,8 @@ class LadderRelay(bootsteps.ConsumerStep):
         c.ladder_relay = None
         self.counters = Counters()
         settings = LadderSettings.from_conf(c.app.conf)
+        #: The queue profile the relay declares (ladder_queue_type).
+        self.queue_type = settings.queue_type
         self.core = RelayCore(counters=self.counters, allowed_exchanges=settings.allowed_exchanges,
                               max_delay=settings.max_delay)
         #: Parks deliveries to a missing exchange (or one the worker may not write) before a
@@ -66,7 +68,7 @@ class LadderRelay(bootsteps.ConsumerStep):
     def start(self, c: Any) -> None:
         channel = c.connection.channel()
         try:
-            declare(channel)
+            declare(channel, queue_type=self.queue_type)
         except TopologyConflict as exc:
             logger.error(E_CONFLICT, exc)
             self.consumers = []

@@ -15,7 +15,7 @@ from .contract import ORIGINAL_ROUTING_KEY, PREFETCH, REPUBLISH_COUNT, RUNGS, de
 from .plan import MAX_DELAY, Delay, check_max_delay, delay_seconds, parse_due_at, to_millis
 from .producer import LadderProducer
 from .relay import Relay
-from .topology import declare
+from .topology import check_queue_type, declare
 
 __all__ = ["Scheduler", "original_routing_key", "republish_count"]
 
@@ -83,23 +83,27 @@ class Scheduler:
         prefetch: int = PREFETCH,
         allowed_exchanges: Optional[Iterable[str]] = None,
         max_delay: float = MAX_DELAY,
+        queue_type: str = "classic",
     ) -> None:
         self.connection = connection
+        #: The queue profile: "classic" (the contract) or "quorum" (see :func:`~kombu_ladder.topology.declare`).
+        self.queue_type = check_queue_type(queue_type)
         self.clock = clock
         #: The longest delay accepted (seconds), for publishing and for the relay.
         self.max_delay = check_max_delay(max_delay)
         self._scheduled = 0
         self._lock = threading.Lock()
-        declare(connection)
+        declare(connection, queue_type=self.queue_type)
         self._channel = _confirming(connection.channel())
         self._producer = LadderProducer(self._channel, serializer=serializer, clock=clock,
-                                        max_delay=self.max_delay)
+                                        max_delay=self.max_delay, queue_type=self.queue_type)
         self._relay: Optional[Relay] = None
         self._thread: Optional[threading.Thread] = None
         self._relay_connection: Any = None
         self._closed = False
         if relay:
-            self._start_relay(prefetch=prefetch, allowed_exchanges=allowed_exchanges, max_delay=self.max_delay)
+            self._start_relay(prefetch=prefetch, allowed_exchanges=allowed_exchanges, max_delay=self.max_delay,
+                              queue_type=self.queue_type)
 
     @classmethod
     def on(cls, connection: Any, *, relay: bool = True, **options: Any) -> "Scheduler":
@@ -109,7 +113,8 @@ class Scheduler:
             connection: a :class:`kombu.Connection`.
             relay: run a relay in a background thread on a connection of its own.
             **options: ``clock``, ``serializer``, ``prefetch``, ``allowed_exchanges``,
-                ``max_delay`` (seconds, default ten years).
+                ``max_delay`` (seconds, default ten years), ``queue_type`` (``"classic"``,
+                the default, or ``"quorum"``).
 
         Returns:
             The scheduler; use it as a context manager, or call :meth:`close`.

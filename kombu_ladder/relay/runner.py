@@ -14,7 +14,7 @@ from kombu.mixins import ConsumerMixin
 from ..contract import CONTROL, PREFETCH
 from ..plan import MAX_DELAY
 from ..targets import ExchangeCheck
-from ..topology import declare
+from ..topology import check_queue_type, declare
 from .core import RelayCore
 from .counters import Counters
 
@@ -50,8 +50,11 @@ class Relay(ConsumerMixin):
         allowed_exchanges: Optional[Iterable[str]] = None,
         report_every: Optional[float] = None,
         max_delay: float = MAX_DELAY,
+        queue_type: str = "classic",
     ) -> None:
         self.connection = connection
+        #: The profile the relay declares: "classic" (the contract) or "quorum" (see :func:`declare`).
+        self.queue_type = check_queue_type(queue_type)
         self.exchange_check = ExchangeCheck(connection.clone())
         self.core = RelayCore(clock=clock, prefetch=prefetch, allowed_exchanges=allowed_exchanges,
                               exchange_check=self.exchange_check, max_delay=max_delay)
@@ -74,7 +77,7 @@ class Relay(ConsumerMixin):
 
     def get_consumers(self, Consumer: Any, channel: Any) -> list[Any]:  # noqa: N803 - kombu's name
         self.exchange_check.forget()  # (re)connecting: an exchange may have gone meanwhile
-        declare(channel)
+        declare(channel, queue_type=self.queue_type)
         return [self.core.consumer(channel)]
 
     def on_consume_ready(self, connection: Any, channel: Any, consumers: Any, **kwargs: Any) -> None:
