@@ -20,6 +20,9 @@ BUILD_DIR = Path(__file__).resolve().parents[2] / "build"
 #: One row per scenario: profile, failure, lost, duplicated, time to resume, and the details.
 MATRIX: list[dict[str, Any]] = []
 
+#: One row per relay-throughput run: queue_type, relays, messages, seconds, per_second.
+THROUGHPUT: list[dict[str, Any]] = []
+
 
 def _unavailable(message: str) -> None:
     if IN_CI:
@@ -71,10 +74,25 @@ def matrix_lines() -> list[str]:
     return lines
 
 
+def throughput_lines() -> list[str]:
+    base = {row["queue_type"]: row["per_second"] for row in THROUGHPUT if row["relays"] == 1}
+    lines = ["| profile | relays | messages/s | ratio to one relay |", "|---|---|---|---|"]
+    for row in THROUGHPUT:
+        one = base.get(row["queue_type"])
+        ratio = f"{row['per_second'] / one:.2f}" if one else "-"
+        lines.append(f"| {row['queue_type']} | {row['relays']} | {row['per_second']} | {ratio} |")
+    return lines
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
+    BUILD_DIR.mkdir(exist_ok=True)
+    if THROUGHPUT:
+        (BUILD_DIR / "cluster-throughput.txt").write_text("\n".join(throughput_lines()) + "\n")
+        terminalreporter.section("cluster relay throughput")
+        for line in throughput_lines():
+            terminalreporter.write_line(line)
     if not MATRIX:
         return
-    BUILD_DIR.mkdir(exist_ok=True)
     (BUILD_DIR / "cluster-matrix.json").write_text(json.dumps(MATRIX, indent=2) + "\n")
     (BUILD_DIR / "cluster-matrix.txt").write_text("\n".join(matrix_lines()) + "\n")
     terminalreporter.section("cluster failure matrix")

@@ -113,6 +113,9 @@ def test_quorum_rung_leader_kill9_with_5000_waiting(cluster: Cluster, cluster_vh
         first_after = (after[0] - killed_at) if after else -1.0
         gap = run.collector.longest_gap_after(killed_at)
         alive = run.relays_alive()
+    # Put the killed node back, so the cluster is whole for whatever runs next.
+    cluster.node_named(leader).start()
+    cluster.node_named(leader).await_startup()
     matrix_row.update(profile="quorum", failure="rung leader kill -9", lost=result["lost"],
                       duplicated=result["duplicated"], resume_s=gap, sent=SENT_QUORUM, waiting_at_kill=waiting,
                       delivered_before_kill=before, publish_s=round(publish_s, 1), elected_s=round(elected_s, 1),
