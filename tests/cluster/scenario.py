@@ -94,7 +94,10 @@ class Scenario:
 
     def diagnose(self) -> str:
         logs = "\n".join(relay.log()[-2000:] for relay in self.relays)
-        return f"{self.collector.figures(max(self.collector.seen, default=0) + 1)}\n{logs}"
+        queues = self.cluster.any_ctl("list_queues", "-p", self.vhost, "name", "type", "leader", "messages_ready",
+                                      "messages_unacknowledged", "consumers", "--no-table-headers")
+        return (f"delivered {self.collector.unique} distinct, {self.collector.total} in all\n"
+                f"queues:\n{queues}\nrelays alive: {self.relays_alive()}\n{logs}")
 
     def relays_alive(self) -> list[bool]:
         return [relay.alive() for relay in self.relays]

@@ -15,7 +15,7 @@ from .clusterkit import Cluster, RelayProcess
 from .conftest import THROUGHPUT
 from .scenario import TimedCollector
 
-pytestmark = pytest.mark.broker
+pytestmark = [pytest.mark.broker, pytest.mark.timeout(600)]
 
 #: Expired messages waiting in the control queue when the relays start.
 BACKLOG = 6000
@@ -55,7 +55,7 @@ def _drain_rate(cluster: Cluster, vhost: str, tmp_path: Path, queue_type: str, r
             "per_second": round(BACKLOG / seconds)}
 
 
-@pytest.mark.parametrize("queue_type,relays", [("classic", 1), ("classic", 2), ("classic", 3), ("quorum", 1), ("quorum", 2), ("quorum", 3)])
+@pytest.mark.parametrize("queue_type,relays", [(q, n) for q in ("classic", "quorum") for n in (1, 2, 3)])
 def test_relay_throughput(cluster: Cluster, cluster_vhost: str, tmp_path: Path, queue_type: str,
                           relays: int) -> None:
     figures = _drain_rate(cluster, cluster_vhost, tmp_path, queue_type, relays)
