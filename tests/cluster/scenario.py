@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -17,6 +18,11 @@ from .clusterkit import Cluster, RelayProcess
 __all__ = ["TimedCollector", "Scenario", "ladder_depth"]
 
 TARGET = "cluster.target"
+
+#: Seconds without a delivery, messages missing, before a quorum scenario looks for a stalled rung.
+STALL = 20.0
+
+_DISCARDED = re.compile(r"num_discarded => (\d+)")
 
 
 class TimedCollector(Collector):
@@ -44,6 +50,37 @@ def ladder_depth(cluster: Cluster, vhost: str) -> int:
                if len(parts) == 2 and parts[0] in names and parts[1].isdigit())
 
 
+def _ra_name(vhost: str, queue: str) -> str:
+    return f"'{vhost}_{queue}'"  # a quorum queue's Ra server name (plain vhost names only)
+
+
+def stalled_rungs(cluster: Cluster, vhost: str) -> dict[str, int]:
+    """Quorum rungs that hold dead-lettered messages not yet forwarded, as their leaders report."""
+    held = {}
+    for queue in rung_names():
+        leader = cluster.home_of(vhost, queue)
+        if not leader:
+            continue
+        node = cluster.node_named(leader)
+        if not node.reachable():
+            continue
+        out = node.ctl("eval", f"ra:local_query({{{_ra_name(vhost, queue)}, node()}}, "
+                               f"fun rabbit_fifo:overview/1).", check=False)
+        found = _DISCARDED.search(" ".join(out.split()))
+        if found and int(found.group(1)) > 0:
+            held[queue] = int(found.group(1))
+    return held
+
+
+def transfer_leadership(cluster: Cluster, vhost: str, queue: str) -> None:
+    """Move a quorum queue's leadership to another live node (a new leader starts a new dead-letter worker)."""
+    leader = cluster.home_of(vhost, queue)
+    target = next(n for n in cluster.nodes if n.name != leader and n.reachable())
+    name = _ra_name(vhost, queue)
+    cluster.node_named(str(leader)).ctl(
+        "eval", f"ra:transfer_leadership({{{name}, '{leader}'}}, {{{name}, '{target.name}'}}).", check=False)
+
+
 class Scenario:
     """Ladder declared through node 1 (so its rungs live there, or are led from there), target queue on
     node 2, relays with failover URLs starting on nodes 2 and 3, producers on nodes 2 and 3."""
@@ -59,6 +96,8 @@ class Scenario:
         self.relays = [RelayProcess(cluster.failover_url(vhost, i), logdir, f"n{i + 1}", "--queue-type", queue_type)
                        for i in (1, 2)]
         self.collector = TimedCollector(cluster.nodes[1].url(vhost), TARGET)
+        #: Rungs whose stalled dead-letter worker :meth:`wait_all` restarted by moving their leader.
+        self.unstuck: list[str] = []
 
     def __enter__(self) -> "Scenario":
         for relay in self.relays:
@@ -84,9 +123,24 @@ class Scenario:
         return time.monotonic() - started
 
     def wait_all(self, sent: int, timeout: float) -> dict[str, int]:
-        """Wait until every message arrived and the ladder is empty; return the collector's figures."""
+        """Wait until every message arrived and the ladder is empty; return the collector's figures.
+
+        On the quorum profile, deliveries that stop for :data:`STALL` seconds with messages missing
+        are checked for RabbitMQ 3.10's stalled at-least-once dead-letter worker (rabbitmq-server
+        PR #7677): a rung holding dead-lettered messages it no longer forwards gets its leadership
+        moved to another node, the operator's remedy, and the rung is recorded in :attr:`unstuck`.
+        """
+        quiet_since = [time.monotonic()]
+
         def settled() -> bool:
-            return (self.collector.unique == sent and time.monotonic() - self.collector.last_at > 2.0
+            now = time.monotonic()
+            if (self.queue_type == "quorum" and self.collector.unique < sent
+                    and now - max(self.collector.last_at, quiet_since[0]) > STALL):
+                quiet_since[0] = now
+                for queue, backlog in stalled_rungs(self.cluster, self.vhost).items():
+                    self.unstuck.append(f"{queue} ({backlog} dead-lettered, held)")
+                    transfer_leadership(self.cluster, self.vhost, queue)
+            return (self.collector.unique == sent and now - self.collector.last_at > 2.0
                     and ladder_depth(self.cluster, self.vhost) == 0)
 
         wait_until(settled, timeout, f"all {sent} messages delivered", self.diagnose)

@@ -120,7 +120,8 @@ def test_quorum_rung_leader_kill9_with_5000_waiting(cluster: Cluster, cluster_vh
     matrix_row.update(profile="quorum", failure="rung leader kill -9", lost=result["lost"],
                       duplicated=result["duplicated"], resume_s=gap, sent=SENT_QUORUM, waiting_at_kill=waiting,
                       delivered_before_kill=before, publish_s=round(publish_s, 1), elected_s=round(elected_s, 1),
-                      first_delivery_after_kill_s=round(first_after, 1), relays_alive=alive)
+                      first_delivery_after_kill_s=round(first_after, 1), relays_alive=alive,
+                      dead_letter_stalls_unstuck=run.unstuck)
     assert waiting >= WAITING, f"{WAITING} messages were waiting in the rungs at the kill"
     assert result["lost"] == 0 and result["delivered"] == SENT_QUORUM
     assert alive == [True, True]
