@@ -43,6 +43,8 @@ class ClusterNode:
         self.name = name
         self.base = base
         self.port, self.dist_port = free_port(), free_port()
+        #: The node's Erlang VM, once it booted.
+        self.vm_pid: Optional[int] = None
         base.mkdir(parents=True)
         (base / "enabled_plugins").write_text("[].\n")
         # Our own config file (the system one pins the listener to :5672); loopback only.
@@ -77,6 +79,8 @@ class ClusterNode:
             done = subprocess.run(["rabbitmqctl", "-q", "-n", self.name, "await_startup", "--timeout", "60"],
                                   capture_output=True, text=True, timeout=90)
             if done.returncode == 0 and self.reachable():
+                # Kept: RabbitMQ deletes its pid file when the app stops (pause_minority does too).
+                self.vm_pid = int((self.base / "node.pid").read_text().strip())
                 return
             if time.monotonic() > deadline:
                 raise RuntimeError(f"cluster node {self.name} did not start: {done.stderr}\n{self.log_tail()}")
@@ -89,8 +93,8 @@ class ClusterNode:
 
     def kill9(self) -> None:
         """SIGKILL the node's Erlang VM: no goodbye to its peers or clients."""
-        pid = int((self.base / "node.pid").read_text().strip())
-        os.kill(pid, signal.SIGKILL)
+        assert self.vm_pid is not None, f"{self.name} never booted"
+        os.kill(self.vm_pid, signal.SIGKILL)
         wait_until(lambda: not self.reachable(), 30, f"{self.name} to die")
 
     def reachable(self) -> bool:
@@ -143,17 +147,12 @@ class Cluster:
         """Stop every node, reachable or not: a node paused in a minority (pause_minority) closes its
         AMQP port but keeps its Erlang VM running; kill whatever VM is left."""
         for node in self.nodes:
-            if (node.base / "node.pid").exists():
+            if node.vm_pid is not None and Path(f"/proc/{node.vm_pid}").exists():
                 node.ctl("stop", check=False, timeout=60)
         for node in self.nodes:
-            pid_file = node.base / "node.pid"
-            try:
-                pid = int(pid_file.read_text().strip())
-            except (OSError, ValueError):
-                continue
-            if Path(f"/proc/{pid}").exists():
+            if node.vm_pid is not None and Path(f"/proc/{node.vm_pid}").exists():
                 try:
-                    os.kill(pid, signal.SIGKILL)
+                    os.kill(node.vm_pid, signal.SIGKILL)
                 except OSError:
                     pass
         shutil.rmtree(self.base, ignore_errors=True)
