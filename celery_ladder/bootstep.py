@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from celery import bootsteps
@@ -9,6 +10,7 @@ from celery.utils.log import get_logger
 
 from kombu_ladder.errors import TopologyConflict
 from kombu_ladder.relay.driven import DrivenRelay
+from kombu_ladder.topology import declare
 
 from .metrics import serve_metrics
 from .settings import LadderSettings
@@ -36,7 +38,8 @@ class LadderRelay(bootsteps.StartStopStep):
         self.metrics: Any = None  # serves /metrics once started, when ladder_metrics_port is set
         self._ticker: Any = None
         self.settings = LadderSettings.from_conf(c.app.conf)
-        self.relay = DrivenRelay(allowed_exchanges=self.settings.allowed_exchanges, max_delay=self.settings.max_delay)
+        self.relay = DrivenRelay(allowed_exchanges=self.settings.allowed_exchanges, max_delay=self.settings.max_delay,
+                                 declare_topology=partial(declare, queue_type=self.settings.queue_type))
         self.counters = self.relay.counters  # what ``celery inspect ladder`` reports
         super().__init__(c, **kwargs)
 

@@ -16,7 +16,7 @@ from kombu.pools import ProducerPool
 
 from kombu_ladder.producer import LadderProducerMixin, target_name
 
-from .settings import read_bool, read_max_delay
+from .settings import read_bool, read_max_delay, read_queue_type
 
 __all__ = ["LadderAMQP", "LadderTaskProducer", "NATIVE_DELAYED_PREFIX", "ROUTE_OPTION", "scheduled_count",
            "shared_counter", "task_eta"]
@@ -105,6 +105,11 @@ class LadderTaskProducer(LadderProducerMixin, Producer):
     def max_delay(self) -> float:  # type: ignore[override]  # a setting here, an attribute in kombu_ladder
         """The app's ``ladder_max_delay`` (seconds), read when an ETA task is published."""
         return read_max_delay(self.app.conf) if self.app is not None else super().max_delay
+
+    @property
+    def queue_type(self) -> str:  # type: ignore[override]  # a setting here, an attribute in kombu_ladder
+        """The app's ``ladder_queue_type``, the profile declared before the first ETA task."""
+        return read_queue_type(self.app.conf) if self.app is not None else "classic"
 
     def publish(  # type: ignore[override]
         self, body: Any, routing_key: Optional[str] = None, *args: Any, **kwargs: Any,

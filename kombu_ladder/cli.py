@@ -176,9 +176,10 @@ def move(to: str, limit: Optional[int], keep_parked: bool) -> None:
 @commands.metrics_port_option()
 @commands.metrics_address_option()
 @commands.metrics_interval_option()
+@commands.queue_type_option()
 @_common_options(top=False)
 def relay(prefetch: int, report_every: float, allowed_exchanges: Sequence[str], metrics_port: Optional[int],
-          metrics_address: str, metrics_interval: float) -> None:
+          metrics_address: str, metrics_interval: float, queue_type: Optional[str]) -> None:
     """Run a relay on --broker until SIGTERM or SIGINT.
 
     It consumes acemq.schedule.due, hops each expired message into the next
@@ -191,7 +192,8 @@ def relay(prefetch: int, report_every: float, allowed_exchanges: Sequence[str], 
     with _broker() as connection:
         commands.relay(connection, prefetch=prefetch, report_every=report_every,
                        allowed_exchanges=commands.allowed_or_none(allowed_exchanges), metrics_port=metrics_port,
-                       metrics_address=metrics_address, metrics_interval=metrics_interval)
+                       metrics_address=metrics_address, metrics_interval=metrics_interval,
+                       queue_type=queue_type or "classic")
 
 
 def main(argv: Optional[Sequence[str]] = None, *, prog_name: str = "kombu-ladder") -> int:

@@ -39,7 +39,7 @@ __all__ = [
     "parked_option", "due_option", "json_option", "limit_option", "match_option", "prefetch_option",
     "report_every_option", "shared_option",
     "allow_exchange_option", "allowed_or_none", "metrics_server", "metrics_port_option", "metrics_address_option",
-    "metrics_interval_option",
+    "metrics_interval_option", "queue_type_option",
 ]
 
 #: Exit status when the broker cannot be reached (sysexits' EX_UNAVAILABLE, as Celery's commands use).
@@ -243,7 +243,7 @@ def move(connection: Connection, to: str, *, limit: Optional[int] = None, keep_p
 def relay(connection: Connection, *, prefetch: int = PREFETCH, report_every: Optional[float] = 30.0,
           allowed_exchanges: Optional[Iterable[str]] = None, max_delay: float = MAX_DELAY,
           metrics_port: Optional[int] = None, metrics_address: str = "127.0.0.1",
-          metrics_interval: float = 15.0) -> None:
+          metrics_interval: float = 15.0, queue_type: str = "classic") -> None:
     """Run a relay on ``connection`` until SIGTERM or SIGINT (it logs its counters as it stops).
 
     With ``metrics_port``, it serves Prometheus metrics on ``metrics_address:metrics_port``
@@ -251,10 +251,11 @@ def relay(connection: Connection, *, prefetch: int = PREFETCH, report_every: Opt
     """
     allowed = list(allowed_exchanges) if allowed_exchanges is not None else None
     runner = Relay(connection, prefetch=prefetch, allowed_exchanges=allowed, report_every=report_every,
-                   max_delay=max_delay)
+                   max_delay=max_delay, queue_type=queue_type)
     server = None
     if metrics_port is not None:
-        declare_topology(connection)  # so the first sample, before the relay consumes, finds every queue
+        # So the first sample, before the relay consumes, finds every queue.
+        declare_topology(connection, queue_type=queue_type)
         server = metrics_server()(runner.counters, connection, port=metrics_port, address=metrics_address,
                                   interval=metrics_interval).start()
     try:
@@ -321,6 +322,11 @@ allow_exchange_option = _option(
     help="Deliver only to this target exchange; others are parked (repeatable; '' is the default exchange).")
 
 
+#: ``relay --queue-type classic|quorum``.
+queue_type_option = _option(
+    "--queue-type", type=click.Choice(["classic", "quorum"]), default=None, metavar="classic|quorum",
+    help="Declare the contract's classic queues (the default) or replicated quorum queues (off-contract: "
+         "every peer on the vhost must choose quorum too).")
 #: ``relay --metrics-port PORT``.
 metrics_port_option = _option(
     "--metrics-port", type=click.IntRange(min=0, max=65535), default=None, metavar="PORT",

@@ -18,7 +18,7 @@ from .plan import MAX_DELAY, Delay, check_max_delay, delay_seconds, to_millis
 from .producer import LadderProducer
 from .relay import Relay
 from .republishing import original_routing_key, republish_copy, republish_count
-from .topology import declare
+from .topology import check_queue_type, declare
 
 __all__ = ["Scheduler", "original_routing_key", "republish_count"]
 
@@ -48,8 +48,11 @@ class Scheduler:
         prefetch: int = PREFETCH,
         allowed_exchanges: Optional[Iterable[str]] = None,
         max_delay: float = MAX_DELAY,
+        queue_type: str = "classic",
     ) -> None:
         self.connection = connection
+        #: The queue profile: "classic" (the contract) or "quorum" (see :func:`~kombu_ladder.topology.declare`).
+        self.queue_type = check_queue_type(queue_type)
         #: What due times are stamped with: ``clock``, else the simulator's on a ladder-sim connection.
         self.clock: Callable[[], float] = clock_of(connection, clock)
         #: The longest delay accepted (seconds), for publishing and for the relay.
@@ -58,16 +61,17 @@ class Scheduler:
         #: message id -> due time (epoch ms) of what this scheduler scheduled lately, newest last.
         self._due: "OrderedDict[str, int]" = OrderedDict()
         self._lock = threading.Lock()
-        declare(connection)
+        declare(connection, queue_type=self.queue_type)
         self._channel = waiting_for_confirms(connection.channel())
         self._producer = LadderProducer(self._channel, serializer=serializer, clock=self.clock,
-                                        max_delay=self.max_delay)
+                                        max_delay=self.max_delay, queue_type=self.queue_type)
         self._relay: Optional[Relay] = None
         self._thread: Optional[threading.Thread] = None
         self._relay_connection: Any = None
         self._closed = False
         if relay:
-            self._start_relay(prefetch=prefetch, allowed_exchanges=allowed_exchanges, max_delay=self.max_delay)
+            self._start_relay(prefetch=prefetch, allowed_exchanges=allowed_exchanges, max_delay=self.max_delay,
+                              queue_type=self.queue_type)
 
     @classmethod
     def on(
@@ -80,6 +84,7 @@ class Scheduler:
         prefetch: int = PREFETCH,
         allowed_exchanges: Optional[Iterable[str]] = None,
         max_delay: float = MAX_DELAY,
+        queue_type: str = "classic",
     ) -> "Scheduler":
         """Open a scheduler on ``connection`` with its queues declared.
 
@@ -92,12 +97,14 @@ class Scheduler:
             prefetch: expired messages the relay holds at once.
             allowed_exchanges: the target exchanges the relay may deliver to (default: every one).
             max_delay: the longest delay accepted, in seconds (default ten years).
+            queue_type: ``"classic"`` (the contract, the default) or ``"quorum"`` (see
+                :func:`~kombu_ladder.declare`).
 
         Returns:
             The scheduler; use it as a context manager, or call :meth:`close`.
         """
         return cls(connection, relay=relay, clock=clock, serializer=serializer, prefetch=prefetch,
-                   allowed_exchanges=allowed_exchanges, max_delay=max_delay)
+                   allowed_exchanges=allowed_exchanges, max_delay=max_delay, queue_type=queue_type)
 
     def _start_relay(self, **options: Any) -> None:
         self._relay_connection = self.connection.clone()

@@ -112,7 +112,7 @@ def test_scheduler_on_shows_its_keyword_only_options() -> None:
 
     params = inspect.signature(Scheduler.on).parameters
     assert [n for n, p in params.items() if p.kind is p.KEYWORD_ONLY] == [
-        "relay", "clock", "serializer", "prefetch", "allowed_exchanges", "max_delay"]
+        "relay", "clock", "serializer", "prefetch", "allowed_exchanges", "max_delay", "queue_type"]
     assert not any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import signal
 import time
+from functools import partial
 from typing import Any, Callable, Iterable, Optional
 
 from kombu.mixins import ConsumerMixin
@@ -12,6 +13,7 @@ from kombu.mixins import ConsumerMixin
 from ..brokers import clock_of
 from ..contract import PREFETCH
 from ..plan import MAX_DELAY
+from ..topology import check_queue_type, declare
 from .driven import I_STOPPED, STOP_GRACE, DrivenRelay, Driver
 
 __all__ = ["Relay", "STOP_GRACE"]
@@ -42,11 +44,15 @@ class Relay(Driver, ConsumerMixin):
         allowed_exchanges: Optional[Iterable[str]] = None,
         report_every: Optional[float] = None,
         max_delay: float = MAX_DELAY,
+        queue_type: str = "classic",
     ) -> None:
         self.connection = connection
+        #: The profile the relay declares: "classic" (the contract) or "quorum" (see :func:`declare`).
+        self.queue_type = check_queue_type(queue_type)
         self.relay = DrivenRelay(clock=clock_of(connection, clock), prefetch=prefetch, max_delay=max_delay,
                                  allowed_exchanges=allowed_exchanges,
-                                 check_clock=clock_of(connection, default=time.monotonic))
+                                 check_clock=clock_of(connection, default=time.monotonic),
+                                 declare_topology=partial(declare, queue_type=self.queue_type))
         self.report_every = report_every
         self._last_report = self._last_tick = time.monotonic()
         #: Set once the relay consumes from the control queue.

@@ -159,3 +159,43 @@ class TestRelayOff:
         replies = celery_app.control.broadcast("ladder", reply=True, timeout=2, limit=1,
                                                destination=[celery_worker.hostname])
         assert replies[0][celery_worker.hostname]["relay"] is False
+
+
+@pytest.mark.parametrize("given,expected", [(None, "classic"), ("classic", "classic"), ("quorum", "quorum"),
+                                            (" Quorum ", "quorum")])
+def test_ladder_queue_type_reads_classic_or_quorum(given: Any, expected: str) -> None:
+    assert LadderSettings.from_conf({"ladder_queue_type": given}).queue_type == expected
+    app = celery_ladder.install(Celery("x", broker="memory://", set_as_current=False))
+    app.conf.ladder_queue_type = given
+    assert app.amqp.Producer(app.connection_for_write().default_channel).queue_type == expected
+
+
+@pytest.mark.parametrize("bad", ["mirrored", "stream", 1, True])
+def test_a_bad_ladder_queue_type_names_the_setting(bad: Any) -> None:
+    with pytest.raises(ValueError, match=r"ladder_queue_type \(CELERY_LADDER_QUEUE_TYPE in Django settings\) "
+                                         r"must be \"classic\" .* or \"quorum\""):
+        LadderSettings.from_conf({"ladder_queue_type": bad})
+
+
+def test_the_relay_bootstep_declares_the_configured_profile(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kombu_ladder.errors import TopologyConflict
+
+    app = celery_ladder.install(Celery("x", broker="memory://", set_as_current=False))
+    app.conf.ladder_queue_type = "quorum"
+    declared: list[str] = []
+
+    def declare(channel: Any, queue_type: str = "classic") -> list[str]:
+        declared.append(queue_type)
+        raise TopologyConflict("acemq.schedule.1h", {}, "inequivalent arg 'x-overflow'", queue_type=queue_type)
+
+    monkeypatch.setattr("celery_ladder.bootstep.declare", declare)
+
+    class Consumer:
+        pass
+
+    c = Consumer()
+    c.app = app  # type: ignore[attr-defined]
+    c.connection = app.connection_for_write()  # type: ignore[attr-defined]
+    step = LadderRelay(c)
+    step.start(c)
+    assert declared == ["quorum"] and c.ladder_relay is None  # type: ignore[attr-defined]
