@@ -4,12 +4,14 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help install test test-faults test-broker test-matrix test-sim43 demo lint docs diagrams bench bench-quick clean
+.PHONY: help install test test-unit test-faults test-cluster test-broker test-matrix test-sim43 demo lint docs diagrams bench bench-quick clean
 
 help:
 	@echo "make demo   - schedule mixed delays and watch them arrive (RabbitMQ, or the simulator)"
 	@echo "make test   - install into .venv and run the whole suite"
+	@echo "make test-unit - the tests that need no broker, no Celery worker and no process of their own (seconds)"
 	@echo "make test-faults - crash, restart and consumer_timeout tests on a private RabbitMQ node (about 6 min)"
+	@echo "make test-cluster - node failures on a private three-node RabbitMQ cluster; prints the failure matrix"
 	@echo "make test-sim43 - the simulator half of the suite, the simulator behaving as RabbitMQ 4.3"
 	@echo "make test-matrix - Celery tier + Django tests on Celery 5.3-5.7, Django 4.2-6.1, Python 3.9-3.13 (STACKS=...)"
 	@echo "make lint   - ruff and mypy"
@@ -29,18 +31,29 @@ $(STAMP): setup.cfg pyproject.toml
 install: $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest -ra --ignore=tests/faults $(PYTEST_ARGS)
+	$(PY) -m pytest -ra --ignore=tests/faults --ignore=tests/cluster $(PYTEST_ARGS)
+
+# The unit tier: every test tests/conftest.py marks "unit" (no broker, no Celery worker, no process or
+# socket of its own; the simulator counts as pure). Needs no RabbitMQ; a few seconds. All of tests/unit
+# (pure tables) and tests/sim (the simulator) is in it, and the pure tests of the files still at tests/.
+test-unit: $(STAMP)
+	$(PY) -m pytest -q -m unit --ignore=tests/faults --ignore=tests/cluster $(PYTEST_ARGS)
 
 # Destructive fault tests: they boot a private RabbitMQ node of their own (as root or the
 # rabbitmq user), kill relays and workers, restart that node. Figures: build/fault-figures.txt
 test-faults: $(STAMP)
 	$(PY) -m pytest -ra tests/faults $(PYTEST_ARGS)
 
+# A private three-node RabbitMQ cluster on loopback (root or the rabbitmq user), torn down afterwards:
+# node restarts and a quorum leader kill -9 with relays on different nodes. Matrix: build/cluster-matrix.txt
+test-cluster: $(STAMP)
+	$(PY) -m pytest -ra tests/cluster $(PYTEST_ARGS)
+
 # The simulator half of the suite (every test on the simulator backend or its fixtures) with the
 # simulator behaving as RabbitMQ 4.3: refusing x-queue-mode, x-queue-version=1 and transient
 # non-exclusive queues, applying global QoS per consumer. Needs no broker.
 test-sim43: $(STAMP)
-	$(PY) -m pytest -ra --ignore=tests/faults -k simulator --ladder-rabbitmq=4.3 $(PYTEST_ARGS)
+	$(PY) -m pytest -ra --ignore=tests/faults --ignore=tests/cluster -k simulator --ladder-rabbitmq=4.3 $(PYTEST_ARGS)
 
 # One virtualenv per supported stack in .matrix/ (reused while its pins and setup.cfg are unchanged);
 # the real-worker and Django tests in each; one line per stack. STACKS="celery5.3 celery5.7" picks some.

@@ -19,7 +19,7 @@ from .common import ROOT, Config, log
 __all__ = ["BENCHMARKS", "main"]
 
 #: Benchmark name -> module, in run order.
-BENCHMARKS = ("relay", "publish", "lateness", "footprint", "scale")
+BENCHMARKS = ("relay", "publish", "lateness", "footprint", "scale", "cancellations")
 
 
 def _load() -> str:

@@ -11,10 +11,10 @@ if find_spec("celery") is None:  # a kombu-only install: say what to install, in
 
 from celery.utils.imports import symbol_by_name  # noqa: E402 - after the check above
 
-from .publish import LadderAMQP, LadderTaskProducer
+from .publish import LadderAMQP, shared_counter
 from .settings import LadderSettings
 
-__all__ = ["install", "installed", "add_relay_step", "LadderAMQP", "LadderTaskProducer", "LadderSettings"]
+__all__ = ["install", "installed", "LadderSettings"]
 
 logger = logging.getLogger(__name__)
 
@@ -41,13 +41,31 @@ def add_relay_step(app: Any) -> None:
     app.steps["consumer"].add(LadderRelay)
 
 
+def _check_settings(sender: Any = None, source: Any = None, **kwargs: Any) -> None:
+    LadderSettings.from_conf(source)
+
+
+def _install_revoke(app: Any) -> None:
+    """Make ``app``'s revokes record a ladder cancellation too (see :mod:`celery_ladder.revoke`)."""
+    from .revoke import LadderControl
+
+    base = app.control_cls
+    base = symbol_by_name(base) if isinstance(base, str) else base
+    if isinstance(base, type) and issubclass(base, LadderControl):
+        return
+    app.control_cls = type(f"Ladder{base.__name__}", (LadderControl, base), {})
+    if "control" in app.__dict__:  # already built: rebuild it with the revoke hook
+        del app.control
+
+
 def install(app: Any) -> Any:
     """Send ``app``'s countdown/eta tasks through the ladder and run the relay in its workers.
 
     After this, ``apply_async(countdown=|eta=)``, ``retry(countdown=)``,
     ``autoretry_for`` backoffs and signatures with a countdown are published
     into the ladder and delivered to the exchange and routing key Celery chose,
-    unchanged. Tasks without an ETA take Celery's own path. The settings
+    unchanged. Tasks without an ETA take Celery's own path. A revoke also
+    records a durable ladder cancellation of the task id. The settings
     ``ladder_enabled`` and ``ladder_relay`` are read when they are used, so
     call this before or after configuring the app. Idempotent.
 
@@ -57,11 +75,21 @@ def install(app: Any) -> Any:
     Returns:
         ``app``, so it can be used as ``app = install(Celery(...))``.
 
+    The ``ladder_*`` settings are validated here when ``app`` is configured
+    already, else as soon as its configuration is loaded (a bad one is then
+    logged as an error by Celery's signal, and raised again where it is read).
+
     Raises:
-        TypeError: ``app`` is not a Celery application.
+        TypeError: ``app`` is not a Celery application, or a ``ladder_*`` setting has the wrong type.
+        ValueError: a ``ladder_*`` setting has a bad value (the error names it).
     """
     if not hasattr(app, "amqp_cls") or not hasattr(app, "steps"):
         raise TypeError(f"app must be a celery.Celery application, not {type(app).__name__}")
+    if app.configured:
+        LadderSettings.from_conf(app.conf)
+    else:
+        app.on_after_configure.connect(_check_settings, weak=False, dispatch_uid="celery_ladder.settings")
+    shared_counter()  # made here, before a prefork pool forks (see celery_ladder.publish)
     if not installed(app):
         base = _amqp_class(app)
         app.amqp_cls = LadderAMQP if base is LadderAMQP.__mro__[1] else type(
@@ -70,5 +98,6 @@ def install(app: Any) -> Any:
         if "amqp" in app.__dict__:  # already built: rebuild it with the ladder's producers
             del app.amqp
         logger.debug("celery_ladder installed on %r", app)
+    _install_revoke(app)
     add_relay_step(app)
     return app

@@ -2,136 +2,73 @@
 
 from __future__ import annotations
 
-import time
+from functools import partial
 from typing import Any
 
 from celery import bootsteps
 from celery.utils.log import get_logger
 
-from kombu_ladder.contract import CONTROL
 from kombu_ladder.errors import TopologyConflict
-from kombu_ladder.relay import Counters, RelayCore
-from kombu_ladder.targets import ExchangeCheck
+from kombu_ladder.relay.driven import DrivenRelay
 from kombu_ladder.topology import declare
 
 from .metrics import serve_metrics
 from .settings import LadderSettings
 
-__all__ = ["LadderRelay", "STOP_GRACE"]
+__all__ = ["LadderRelay"]
 
 logger = get_logger(__name__)
 
 E_CONFLICT = "ladder relay not started: the broker's ladder topology conflicts with the contract: %s"
-I_STARTED = "ladder relay consuming from %s (prefetch %d, publisher confirms)"
-I_STOPPED = "ladder relay stopped: %s"
-
-#: Seconds a stopping relay waits for outstanding confirms, so a clean stop duplicates nothing.
-STOP_GRACE = 2.0
 
 #: Seconds between the relay's ticks (back-offs, log summaries), run in the consumer's thread.
 TICK = 1.0
 
 
-class LadderRelay(bootsteps.ConsumerStep):
-    """Relay expired ladder messages from inside a worker.
+class LadderRelay(bootsteps.StartStopStep):
+    """Relay expired ladder messages from a worker, on its consumer connection (several workers compete).
 
-    It consumes ``acemq.schedule.due`` on a channel of the worker's consumer
-    connection, so it starts, stops and reconnects with the consumer. Several
-    workers make competing relays. The relay itself is
-    :class:`kombu_ladder.relay.RelayCore`; its counters outlive reconnects.
+    The relay, a :class:`kombu_ladder.relay.driven.DrivenRelay`, is built once: its counters outlive reconnects.
     """
+
+    requires = ("celery.worker.consumer.connection:Connection",)
 
     def __init__(self, c: Any, **kwargs: Any) -> None:
         c.ladder_relay = None
-        self.counters = Counters()
-        settings = LadderSettings.from_conf(c.app.conf)
-        self.core = RelayCore(counters=self.counters, allowed_exchanges=settings.allowed_exchanges,
-                              max_delay=settings.max_delay, hold_window=settings.hold_window)
-        #: Parks deliveries to a missing exchange (or one the worker may not write) before a
-        #: publish there would close the relay's channel (see kombu_ladder.targets).
-        self.exchange_check: Any = None
+        self.metrics: Any = None  # serves /metrics once started, when ladder_metrics_port is set
         self._ticker: Any = None
-        #: Serves /metrics once started, when ladder_metrics_port is set (see celery_ladder.metrics).
-        self.metrics: Any = None
+        self.settings = LadderSettings.from_conf(c.app.conf)
+        self.relay = DrivenRelay(allowed_exchanges=self.settings.allowed_exchanges, max_delay=self.settings.max_delay,
+                                 declare_topology=partial(declare, queue_type=self.settings.queue_type),
+                                 hold_window=self.settings.hold_window)
+        self.counters = self.relay.counters  # what ``celery inspect ladder`` reports
         super().__init__(c, **kwargs)
 
     def include_if(self, c: Any) -> bool:
-        from .pool import TaskPool  # -P ladder always means "with the relay"
-
-        return isinstance(getattr(c, "pool", None), TaskPool) or LadderSettings.from_conf(c.app.conf).relay
-
-    def get_consumers(self, channel: Any) -> list[Any]:
-        return [self.core.consumer(channel)]
+        return getattr(getattr(c, "pool", None), "with_relay", False) or self.settings.relay  # -P ladder
 
     def start(self, c: Any) -> None:
-        channel = c.connection.channel()
         try:
-            declare(channel)
+            self.relay.start(c.connection, c.connection.channel())
         except TopologyConflict as exc:
-            logger.error(E_CONFLICT, exc)
-            self.consumers = []
-            return
-        if self.exchange_check is None:
-            self.exchange_check = ExchangeCheck(c.connection.clone())
-        self.exchange_check.forget()  # (re)connecting: an exchange may have gone meanwhile
-        self.core.exchange_check = self.exchange_check
-        self.consumers = self.get_consumers(channel)
-        for consumer in self.consumers:
-            consumer.consume()
-        # Ticks run where the relay's frames are read: the event loop (hub), or the consumer's
-        # own loop, which runs what call_soon queued (a timer thread only queues it).
-        hub = getattr(c, "hub", None)
-        self._ticker = (hub.call_repeatedly(TICK, self.core.tick) if hub is not None
-                        else c.timer.call_repeatedly(TICK, c.call_soon, (self.core.tick,)))
-        # issue 14: held messages are published at their due time by a timer in the same loop
-        self.core.wakeup = self._wakeup_in(c)
+            return logger.error(E_CONFLICT, exc)
+        # Ticks run where the relay's frames are read: the hub, or the consumer's loop (via call_soon).
+        hub, tick = getattr(c, "hub", None), self.relay.tick
+        self._ticker = (hub.call_repeatedly(TICK, tick) if hub is not None
+                        else c.timer.call_repeatedly(TICK, c.call_soon, (tick,)))
+        # Held messages are published at their due time by a timer in the same loop.
+        fire = self.relay.core.fire
+        self.relay.core.wakeup = ((lambda seconds: hub.call_later(seconds, fire)) if hub is not None
+                                  else (lambda seconds: c.timer.call_after(seconds, c.call_soon, (fire,))))
         c.ladder_relay = self
-        logger.info(I_STARTED, CONTROL, self.core.prefetch)
-        if self.metrics is None:
-            self.metrics = serve_metrics(c.app, self.counters, c.connection)
-
-    def _wakeup_in(self, c: Any) -> Any:
-        """A timer that runs the relay's ``fire`` in the consumer's thread, ``seconds`` from now (issue 14)."""
-        hub = getattr(c, "hub", None)
-        if hub is not None:
-            return lambda seconds: hub.call_later(seconds, self.core.fire)
-        return lambda seconds: c.timer.call_after(seconds, c.call_soon, (self.core.fire,))
+        self.metrics = self.metrics or serve_metrics(self.settings, self.counters, c.connection)
 
     def stop(self, c: Any) -> None:
-        self._finish(c)
-        super().stop(c)
-        self.consumers = []
+        self._ticker = self._ticker and self._ticker.cancel()
+        self.relay.core.wakeup = None  # stopping gives the held messages back to the broker
+        self.relay.stop(getattr(c, "connection", None))
 
     def shutdown(self, c: Any) -> None:
-        self._finish(c)
-        if self.exchange_check is not None:
-            self.exchange_check.close()
-        if self.metrics is not None:
-            self.metrics.stop()
-        super().shutdown(c)
-        self.consumers = []
-
-    def _finish(self, c: Any) -> None:
-        """Stop taking expiries, then give outstanding confirms a moment to arrive."""
-        if self._ticker is not None:
-            self._ticker.cancel()
-            self._ticker = None
-        self.core.wakeup = None  # issue 14: close() below gives the held messages back
-        if not self.consumers:
-            return
-        connection = getattr(c, "connection", None)
-        for consumer in self.consumers:
-            try:
-                consumer.cancel()
-            except Exception:  # noqa: BLE001 - a lost connection: the broker requeues anyway
-                logger.debug("cancelling the relay consumer failed", exc_info=True)
-        deadline = time.monotonic() + STOP_GRACE
-        while self.core.outstanding and connection is not None and time.monotonic() < deadline:
-            try:
-                connection.drain_events(timeout=0.1)
-            except TimeoutError:
-                continue
-            except Exception:  # noqa: BLE001 - a dying connection: the broker requeues the rest
-                break
-        self.core.close()
-        logger.info(I_STOPPED, self.counters.as_dict())
+        self.stop(c)
+        self.relay.close()
+        self.metrics = self.metrics and self.metrics.stop()

@@ -128,6 +128,21 @@ def show(ctx: click.Context, task_id: str, limit: int, as_json: bool, **kwargs: 
 
 
 @ladder.command(cls=CeleryCommand)
+@click.argument("task_ids", metavar="TASK_ID...", nargs=-1, required=True)
+@click.pass_context
+@handle_preload_options
+def cancel(ctx: click.Context, task_ids: tuple[str, ...], **kwargs: Any) -> None:
+    """Cancel tasks waiting in the ladder (countdown/ETA): no worker ever runs them.
+
+    Recorded durably in the ladder.cancellations stream, so the cancellation holds
+    across worker restarts, unlike 'celery control revoke' alone (which, with the
+    ladder installed, records it too).
+    """
+    with _broker(ctx) as connection:
+        commands.cancel(connection, list(task_ids), key="task_id")
+
+
+@ladder.command(cls=CeleryCommand)
 @click.pass_context
 @handle_preload_options
 def declare(ctx: click.Context, **kwargs: Any) -> None:
@@ -142,13 +157,15 @@ def declare(ctx: click.Context, **kwargs: Any) -> None:
 @commands.metrics_port_option(cls=CeleryOption, help_group="Relay Options")
 @commands.metrics_address_option(cls=CeleryOption, help_group="Relay Options")
 @commands.metrics_interval_option(cls=CeleryOption, help_group="Relay Options")
+@commands.queue_type_option(cls=CeleryOption, help_group="Relay Options")
 @click.pass_context
 @handle_preload_options
 def relay(ctx: click.Context, prefetch: int, report_every: Optional[float], metrics_port: Optional[int],
-          metrics_address: str, metrics_interval: float, **kwargs: Any) -> None:
+          metrics_address: str, metrics_interval: float, queue_type: Optional[str], **kwargs: Any) -> None:
     """Run a standalone relay on the app's broker until SIGTERM or SIGINT.
 
-    It keeps to the app's ladder_allowed_exchanges, as the workers' relay does.
+    It keeps to the app's ladder_allowed_exchanges, as the workers' relay does, and
+    declares the app's ladder_queue_type unless --queue-type is given.
     With --metrics-port it serves Prometheus metrics at /metrics.
     """
     if metrics_port is not None:
@@ -160,4 +177,5 @@ def relay(ctx: click.Context, prefetch: int, report_every: Optional[float], metr
     with _broker(ctx) as connection:
         commands.relay(connection, prefetch=prefetch, report_every=report_every,
                        allowed_exchanges=settings.allowed_exchanges, max_delay=settings.max_delay,
-                       metrics_port=metrics_port, metrics_address=metrics_address, metrics_interval=metrics_interval)
+                       metrics_port=metrics_port, metrics_address=metrics_address, metrics_interval=metrics_interval,
+                       queue_type=queue_type or settings.queue_type)

@@ -13,7 +13,7 @@ from .publish import scheduled_count
 __all__ = ["ladder", "COUNTER_NAMES"]
 
 #: The counters every worker reports, in this order.
-COUNTER_NAMES = ("scheduled", "received", "delivered", "hops", "malformed", "parked", "refused")
+COUNTER_NAMES = ("scheduled", "received", "delivered", "hops", "malformed", "parked", "refused", "cancelled")
 
 
 @inspect_command()

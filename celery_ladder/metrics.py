@@ -26,8 +26,8 @@ class NotServed:
         """Nothing to stop."""
 
 
-def serve_metrics(app: Any, counters: Counters, connection: Any) -> Any:
-    """Serve ``counters`` on ``ladder_metrics_port`` (and ``ladder_metrics_address``) if it is set.
+def serve_metrics(settings: LadderSettings, counters: Counters, connection: Any) -> Any:
+    """Serve ``counters`` on the settings' ``ladder_metrics_port`` (and ``ladder_metrics_address``) if set.
 
     The relay step runs in the worker's main process (the consumer), whatever the
     pool, so one server per worker serves its relay's counters, the number of
@@ -39,7 +39,6 @@ def serve_metrics(app: Any, counters: Counters, connection: Any) -> Any:
     Returns:
         The started :class:`kombu_ladder.metrics.MetricsServer`, or a :class:`NotServed`.
     """
-    settings = LadderSettings.from_conf(app.conf)
     if settings.metrics_port is None:
         return NotServed()
     try:

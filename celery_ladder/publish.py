@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import threading
 from datetime import datetime
 from functools import cached_property
 from typing import Any, Callable, Mapping, Optional
@@ -15,10 +16,10 @@ from kombu.pools import ProducerPool
 
 from kombu_ladder.producer import LadderProducerMixin, target_name
 
-from .settings import read_bool, read_max_delay
+from .settings import read_bool, read_max_delay, read_queue_type
 
 __all__ = ["LadderAMQP", "LadderTaskProducer", "NATIVE_DELAYED_PREFIX", "ROUTE_OPTION", "scheduled_count",
-           "task_eta"]
+           "shared_counter", "task_eta"]
 
 logger = logging.getLogger(__name__)
 
@@ -33,19 +34,31 @@ ROUTE_OPTION = "ladder_route"
 #: The routing options the native rewrite replaces (``queue`` popped, the other two overwritten).
 _ROUTE_KEYS = ("queue", "exchange", "routing_key", "exchange_type")
 
-#: Tasks handed to the ladder by this process tree. Created before the prefork pool forks,
-#: so the children's publishes (retries, callbacks) are counted where ``inspect ladder`` runs.
-_SCHEDULED: Any = multiprocessing.Value("q", 0)
+#: Tasks handed to the ladder by this process tree, in shared memory (see :func:`shared_counter`).
+_SCHEDULED: Any = None
+_SCHEDULED_LOCK = threading.Lock()
+
+
+def shared_counter() -> Any:
+    """The count of tasks handed to the ladder, made on first use: ``install()`` makes it, before
+    the prefork pool forks, so the children's publishes (retries, callbacks) are counted where
+    ``inspect ladder`` runs. Nothing is made on import."""
+    global _SCHEDULED
+    with _SCHEDULED_LOCK:
+        if _SCHEDULED is None:
+            _SCHEDULED = multiprocessing.Value("q", 0)
+        return _SCHEDULED
 
 
 def scheduled_count() -> int:
     """Return how many ETA tasks this process (and its forked children) put into the ladder."""
-    return int(_SCHEDULED.value)
+    return int(shared_counter().value)
 
 
 def _count_scheduled() -> None:
-    with _SCHEDULED.get_lock():
-        _SCHEDULED.value += 1
+    counter = shared_counter()
+    with counter.get_lock():
+        counter.value += 1
 
 
 def task_eta(value: Any, timezone: Any) -> datetime:
@@ -92,6 +105,11 @@ class LadderTaskProducer(LadderProducerMixin, Producer):
     def max_delay(self) -> float:  # type: ignore[override]  # a setting here, an attribute in kombu_ladder
         """The app's ``ladder_max_delay`` (seconds), read when an ETA task is published."""
         return read_max_delay(self.app.conf) if self.app is not None else super().max_delay
+
+    @property
+    def queue_type(self) -> str:  # type: ignore[override]  # a setting here, an attribute in kombu_ladder
+        """The app's ``ladder_queue_type``, the profile declared before the first ETA task."""
+        return read_queue_type(self.app.conf) if self.app is not None else "classic"
 
     def publish(  # type: ignore[override]
         self, body: Any, routing_key: Optional[str] = None, *args: Any, **kwargs: Any,

@@ -7,11 +7,12 @@ from typing import Any, Mapping, Optional
 
 from kombu_ladder.plan import MAX_DELAY, check_max_delay
 from kombu_ladder.timing import HOLD_WINDOW, check_hold_window
+from kombu_ladder.topology import QUEUE_TYPES
 
 __all__ = [
     "LadderSettings", "SETTINGS", "ALLOWED_EXCHANGES", "MAX_DELAY_SETTING", "METRICS_PORT", "METRICS_ADDRESS",
     "as_bool", "as_exchanges", "as_max_delay", "as_metrics_port", "as_metrics_address", "read_bool",
-    "read_max_delay", "as_hold_window",
+    "read_max_delay", "as_hold_window", "QUEUE_TYPE", "as_queue_type", "read_queue_type",
 ]
 
 #: Each setting's app.conf name -> (default, its Django settings.py name).
@@ -32,6 +33,9 @@ METRICS_ADDRESS = ("ladder_metrics_address", "CELERY_LADDER_METRICS_ADDRESS")
 MAX_DELAY_SETTING = ("ladder_max_delay", "CELERY_LADDER_MAX_DELAY")
 #: Seconds below which the relay holds a message and delivers it at its due time (issue 14).
 HOLD_WINDOW_SETTING = ("ladder_hold_window", "CELERY_LADDER_HOLD_WINDOW")
+
+#: The ladder's queue profile, "classic" (the contract) or "quorum": app.conf and Django names.
+QUEUE_TYPE = ("ladder_queue_type", "CELERY_LADDER_QUEUE_TYPE")
 
 #: Strings accepted for a boolean setting (environment variables and .env files give strings).
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -165,6 +169,28 @@ def read_max_delay(conf: Mapping[str, Any]) -> float:
     return as_max_delay(conf.get(MAX_DELAY_SETTING[0]))
 
 
+def as_queue_type(value: Any) -> str:
+    """Read ``ladder_queue_type``: ``"classic"`` (the default, the contract) or ``"quorum"`` (replicated).
+
+    Surrounding blanks and case are forgiven (environment variables).
+
+    Raises:
+        ValueError: anything else, naming the setting.
+    """
+    if value is None:
+        return "classic"
+    if isinstance(value, str) and value.strip().lower() in QUEUE_TYPES:
+        return value.strip().lower()
+    name, django = QUEUE_TYPE
+    raise ValueError(f"setting {name} ({django} in Django settings) must be \"classic\" (the AceMQ contract, "
+                     f"the default) or \"quorum\" (replicated quorum queues, off-contract), not {value!r}")
+
+
+def read_queue_type(conf: Mapping[str, Any]) -> str:
+    """Read ``ladder_queue_type`` from ``app.conf`` (see :func:`as_queue_type`)."""
+    return as_queue_type(conf.get(QUEUE_TYPE[0]))
+
+
 @dataclass(frozen=True)
 class LadderSettings:
     """The ladder's settings for one Celery app."""
@@ -183,6 +209,8 @@ class LadderSettings:
     max_delay: float = float(MAX_DELAY)
     #: Seconds below which the workers' relay holds a message and delivers it at its due time; 0: off.
     hold_window: float = HOLD_WINDOW
+    #: The queue profile the relay and the producers declare: "classic" (the contract) or "quorum".
+    queue_type: str = "classic"
 
     @classmethod
     def from_conf(cls, conf: Mapping[str, Any]) -> "LadderSettings":
@@ -193,7 +221,8 @@ class LadderSettings:
         Raises:
             ValueError: a boolean setting has a value that is not a boolean,
                 ``ladder_metrics_port`` is not a port number, or ``ladder_max_delay``
-                is not a positive number of seconds.
+                is not a positive number of seconds, or ``ladder_queue_type`` is
+                neither "classic" nor "quorum".
             TypeError: ``ladder_allowed_exchanges`` is not None or a list of names,
                 ``ladder_metrics_address`` is not a string, or ``ladder_max_delay``
                 is not a number.
@@ -203,4 +232,5 @@ class LadderSettings:
                    allowed_exchanges=as_exchanges(conf.get(ALLOWED_EXCHANGES[0])),
                    metrics_port=as_metrics_port(conf.get(METRICS_PORT[0])),
                    metrics_address=as_metrics_address(conf.get(METRICS_ADDRESS[0])),
-                   max_delay=read_max_delay(conf), hold_window=as_hold_window(conf.get(HOLD_WINDOW_SETTING[0])))
+                   max_delay=read_max_delay(conf), hold_window=as_hold_window(conf.get(HOLD_WINDOW_SETTING[0])),
+                   queue_type=read_queue_type(conf))

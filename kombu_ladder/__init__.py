@@ -2,35 +2,49 @@
 
 from __future__ import annotations
 
-from .contract import CONTROL, EXCHANGE, PARKING, RUNGS, arguments_for, describe, rung_name
+from .brokers import install_scheme
+from .cancelling import cancel
+from .contract import CONTROL, EXCHANGE, PARKING, RUNGS
 from .errors import LadderError, TopologyConflict
+from .migrate import MoveResult, move
+from .parking import ReplayResult, parked_reasons, replay
 from .plan import MAX_DELAY, hops_for
 from .producer import LadderProducer, LadderProducerMixin
-from .relay import Counters, Relay, RelayCore
-from .scheduler import Scheduler, original_routing_key, republish_count
+from .relay import Relay
+from .republishing import original_routing_key, republish_count
+from .scheduler import Scheduler
 from .topology import declare
+
+# The one thing importing kombu_ladder does: name the simulator's transport in kombu's table, so a
+# ``ladder-sim://<name>`` URL alone (in a Celery settings file, say) resolves. Nothing is created or started.
+install_scheme()
 
 __version__ = "0.1.0"
 
 __all__ = [
+    # publishing and relaying
+    "Scheduler",
+    "LadderProducer",
+    "LadderProducerMixin",
+    "Relay",
+    "declare",
+    "cancel",
+    "original_routing_key",
+    "republish_count",
+    # operating
+    "parked_reasons",
+    "replay",
+    "ReplayResult",
+    "move",
+    "MoveResult",
+    # the contract's names and limits
     "CONTROL",
     "EXCHANGE",
     "PARKING",
     "RUNGS",
     "MAX_DELAY",
-    "Counters",
-    "LadderError",
-    "LadderProducer",
-    "LadderProducerMixin",
-    "Relay",
-    "RelayCore",
-    "Scheduler",
-    "TopologyConflict",
-    "arguments_for",
-    "declare",
-    "describe",
     "hops_for",
-    "original_routing_key",
-    "republish_count",
-    "rung_name",
+    # errors
+    "LadderError",
+    "TopologyConflict",
 ]

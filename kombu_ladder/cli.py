@@ -116,6 +116,20 @@ def check(min_relays: int, max_backlog: int, max_parked: Optional[int], as_json:
 
 
 @cli.command()
+@click.argument("ids", metavar="MESSAGE_ID...", nargs=-1, required=True)
+@_common_options(top=False)
+def cancel(ids: tuple[str, ...]) -> None:
+    """Cancel waiting messages by their AMQP message id: no relay delivers them.
+
+    The cancellations are recorded in the ladder.cancellations stream; every relay,
+    including one started later, drops these messages at their next hop or delivery.
+    A message already delivered is not taken back.
+    """
+    with _broker() as connection:
+        commands.cancel(connection, list(ids))
+
+
+@cli.command()
 @click.argument("ident", metavar="ID")
 @checks.find_limit_option()
 @checks.every_option()
@@ -163,9 +177,11 @@ def move(to: str, limit: Optional[int], keep_parked: bool) -> None:
 @commands.metrics_port_option()
 @commands.metrics_address_option()
 @commands.metrics_interval_option()
+@commands.queue_type_option()
 @_common_options(top=False)
 def relay(prefetch: int, hold_window: float, report_every: float, allowed_exchanges: Sequence[str],
-          metrics_port: Optional[int], metrics_address: str, metrics_interval: float) -> None:
+          metrics_port: Optional[int], metrics_address: str, metrics_interval: float,
+          queue_type: Optional[str]) -> None:
     """Run a relay on --broker until SIGTERM or SIGINT.
 
     It consumes acemq.schedule.due, hops each expired message into the next
@@ -179,7 +195,7 @@ def relay(prefetch: int, hold_window: float, report_every: float, allowed_exchan
         commands.relay(connection, prefetch=prefetch, report_every=report_every,
                        allowed_exchanges=commands.allowed_or_none(allowed_exchanges), metrics_port=metrics_port,
                        metrics_address=metrics_address, metrics_interval=metrics_interval,
-                       hold_window=hold_window)
+                       hold_window=hold_window, queue_type=queue_type or "classic")
 
 
 def main(argv: Optional[Sequence[str]] = None, *, prog_name: str = "kombu-ladder") -> int:

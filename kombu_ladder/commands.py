@@ -19,6 +19,8 @@ from kombu import Connection
 from kombu.exceptions import OperationalError
 
 from .brokers import UnsupportedBroker, require_rabbitmq
+from .cancelling import cancel_many
+from .cancels import STREAM
 from .contract import CONTROL, PARKING, PREFETCH
 from .depths import QueueDepth, queue_depths
 from .due import DueBound, due_bounds, due_lines
@@ -38,7 +40,7 @@ __all__ = [
     "parked_option", "due_option", "json_option", "limit_option", "match_option", "prefetch_option",
     "report_every_option", "shared_option",
     "allow_exchange_option", "allowed_or_none", "metrics_server", "metrics_port_option", "metrics_address_option",
-    "metrics_interval_option",
+    "metrics_interval_option", "queue_type_option",
 ]
 
 #: Exit status when the broker cannot be reached (sysexits' EX_UNAVAILABLE, as Celery's commands use).
@@ -59,6 +61,7 @@ I_STATUS_HEADER = "{:<26} {:>9} {:>9}"
 I_PARKED_TITLE = "why they are parked (the first {}):"
 I_REPLAYED = "replayed {} parked message(s) to {}; {} left parked"
 I_MOVED = "moved {} message(s)"
+I_CANCELLED = "cancelled {} message(s): recorded in {}; every relay drops them at their next hop or delivery"
 
 #: Log format of the commands that log (the relay).
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -213,6 +216,15 @@ def status(connection: Connection, *, parked: int = 100, as_json: bool = False, 
         emit(line)
 
 
+def cancel(connection: Connection, ids: Sequence[str], *, key: str = "message_id") -> None:
+    """Record the cancellation of every id in ``ids`` (confirmed by the broker); print how many."""
+    try:
+        count = cancel_many(connection, ids, key=key)
+    except (TypeError, ValueError) as exc:  # an id no message can have: say which rule it breaks
+        raise BadUsage(str(exc)) from None
+    emit(I_CANCELLED.format(count, STREAM))
+
+
 def replay(connection: Connection, *, limit: Optional[int] = None, match: Optional[str] = None) -> None:
     """Send parked messages back to the control queue; print how many went and how many stayed."""
     declare_topology(connection)
@@ -232,7 +244,7 @@ def move(connection: Connection, to: str, *, limit: Optional[int] = None, keep_p
 def relay(connection: Connection, *, prefetch: int = PREFETCH, report_every: Optional[float] = 30.0,
           allowed_exchanges: Optional[Iterable[str]] = None, max_delay: float = MAX_DELAY,
           metrics_port: Optional[int] = None, metrics_address: str = "127.0.0.1",
-          metrics_interval: float = 15.0, hold_window: float = HOLD_WINDOW) -> None:
+          metrics_interval: float = 15.0, hold_window: float = HOLD_WINDOW, queue_type: str = "classic") -> None:
     """Run a relay on ``connection`` until SIGTERM or SIGINT (it logs its counters as it stops).
 
     With ``metrics_port``, it serves Prometheus metrics on ``metrics_address:metrics_port``
@@ -240,10 +252,11 @@ def relay(connection: Connection, *, prefetch: int = PREFETCH, report_every: Opt
     """
     allowed = list(allowed_exchanges) if allowed_exchanges is not None else None
     runner = Relay(connection, prefetch=prefetch, allowed_exchanges=allowed, report_every=report_every,
-                   max_delay=max_delay, hold_window=hold_window)
+                   max_delay=max_delay, hold_window=hold_window, queue_type=queue_type)
     server = None
     if metrics_port is not None:
-        declare_topology(connection)  # so the first sample, before the relay consumes, finds every queue
+        # So the first sample, before the relay consumes, finds every queue.
+        declare_topology(connection, queue_type=queue_type)
         server = metrics_server()(runner.counters, connection, port=metrics_port, address=metrics_address,
                                   interval=metrics_interval).start()
     try:
@@ -315,6 +328,11 @@ allow_exchange_option = _option(
     help="Deliver only to this target exchange; others are parked (repeatable; '' is the default exchange).")
 
 
+#: ``relay --queue-type classic|quorum``.
+queue_type_option = _option(
+    "--queue-type", type=click.Choice(["classic", "quorum"]), default=None, metavar="classic|quorum",
+    help="Declare the contract's classic queues (the default) or replicated quorum queues (off-contract: "
+         "every peer on the vhost must choose quorum too).")
 #: ``relay --metrics-port PORT``.
 metrics_port_option = _option(
     "--metrics-port", type=click.IntRange(min=0, max=65535), default=None, metavar="PORT",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Union
 
+from .carry import CARRIED_PROPERTIES, carried, text_of
 from .contract import (
     CONTENT_TYPE,
     DUE_AT,
@@ -50,21 +51,6 @@ REFUSALS = "x-ladder-refusals"
 
 #: Headers local to this library that a rung message may carry and a delivery never does.
 LOCAL_HEADERS: tuple[str, ...] = (ORIGINAL_DELIVERY_MODE, REFUSALS)
-
-#: AMQP properties carried unchanged through every hop and onto delivery.
-#: ``expiration`` is deliberately absent (never parked in a rung) and so is
-#: ``user_id`` (RabbitMQ refuses a republish whose user_id is not the relay's).
-CARRIED_PROPERTIES: tuple[str, ...] = (
-    "content_type",
-    "content_encoding",
-    "correlation_id",
-    "reply_to",
-    "message_id",
-    "priority",
-    "timestamp",
-    "app_id",
-    "cluster_id",
-)
 
 _DEATH_PREFIXES = ("x-first-death-", "x-last-death-")
 
@@ -127,7 +113,7 @@ def scheduled_properties(properties: Mapping[str, Any]) -> dict[str, Any]:
     The carried properties stay; ``type`` becomes ``ScheduledMessage``, delivery
     is persistent, and there is never a per-message ``expiration``.
     """
-    out = {k: properties[k] for k in CARRIED_PROPERTIES if properties.get(k) is not None}
+    out = carried(properties)
     out["type"] = MESSAGE_TYPE
     out["delivery_mode"] = 2
     return out
@@ -158,7 +144,7 @@ def delivery_properties(headers: Mapping[str, Any], properties: Mapping[str, Any
     parks bytes as ``application/octet-stream`` still delivers them as what
     they are), and the delivery mode from the publisher's own choice.
     """
-    out = {k: properties[k] for k in CARRIED_PROPERTIES if properties.get(k) is not None}
+    out = carried(properties)
     content_type = delivered_content_type(headers)
     if content_type is not None:
         out["content_type"] = content_type
@@ -170,10 +156,7 @@ def delivery_properties(headers: Mapping[str, Any], properties: Mapping[str, Any
 
 def delivered_content_type(headers: Mapping[str, Any]) -> Optional[str]:
     """The content type ``x-schedule-content-type`` restores on delivery, or None to keep the property."""
-    content_type = headers.get(CONTENT_TYPE)
-    if isinstance(content_type, bytes):
-        content_type = content_type.decode("utf-8", "replace")
-    return content_type if isinstance(content_type, str) and content_type else None
+    return text_of(headers.get(CONTENT_TYPE)) or None
 
 
 def delivered_mode(headers: Mapping[str, Any]) -> int:
@@ -200,15 +183,6 @@ def _content_type_problem(headers: Mapping[str, Any]) -> Optional[str]:
     except UnicodeDecodeError:
         return f"header {CONTENT_TYPE} is not valid UTF-8: {_shown(value)}"
     return None
-
-
-def _text(value: Any) -> Optional[str]:
-    if isinstance(value, bytes):
-        try:
-            return value.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
-    return value if isinstance(value, str) else None
 
 
 def decide(
@@ -249,12 +223,12 @@ def decide(
                     f"{max_delay_ms // 1000}s ahead (a due time in microseconds?)")
     if TARGET_EXCHANGE not in headers:
         return Park(f"malformed: header {TARGET_EXCHANGE} is missing")
-    exchange = _text(headers[TARGET_EXCHANGE])
+    exchange = text_of(headers[TARGET_EXCHANGE], strict=True)
     if exchange is None:
         return Park(f"malformed: header {TARGET_EXCHANGE} is not a string: {_shown(headers[TARGET_EXCHANGE])}")
     if TARGET_ROUTING_KEY not in headers:
         return Park(f"malformed: header {TARGET_ROUTING_KEY} is missing")
-    routing_key = _text(headers[TARGET_ROUTING_KEY])
+    routing_key = text_of(headers[TARGET_ROUTING_KEY], strict=True)
     if routing_key is None:
         return Park(
             f"malformed: header {TARGET_ROUTING_KEY} is not a string: {_shown(headers[TARGET_ROUTING_KEY])}"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 __all__ = ["LadderError", "TopologyConflict"]
 
 
@@ -9,13 +11,32 @@ class LadderError(Exception):
     """Base class for every error kombu_ladder raises on purpose."""
 
 
+#: Arguments only the quorum profile declares: a conflict on one of them is a conflict of profiles.
+_PROFILE_ARGUMENTS = ("x-queue-type", "x-overflow", "x-dead-letter-strategy")
+
+
 class TopologyConflict(LadderError):
     """A ladder queue or exchange exists on the broker with other settings."""
 
-    def __init__(self, name: str, expected: object, detail: str) -> None:
+    def __init__(self, name: str, expected: object, detail: str, *, queue_type: Optional[str] = None) -> None:
         self.name = name
         self.expected = expected
         self.detail = detail
+        #: The profile this side declared ("classic" or "quorum"), None for the exchange and parking queue.
+        self.queue_type = queue_type
+        if queue_type is not None and any(f"inequivalent arg '{arg}'" in detail for arg in _PROFILE_ARGUMENTS):
+            other = "classic" if queue_type == "quorum" else "quorum"
+            super().__init__(
+                f"{name!r} already exists on the broker as declared by the {other} profile, and this side "
+                f"declares the {queue_type} profile (queue_type={queue_type!r}): {expected!r}. The quorum profile is "
+                f"replicated but off-contract, so a peer declaring the AceMQ contract's classic queues "
+                f"(another AceMQ library, or ladder with the default queue_type) conflicts with it. Choose one "
+                f"profile for everything sharing this vhost: queue_type=\"classic\" (the contract, the "
+                f"default) or queue_type=\"quorum\" (ladder_queue_type / CELERY_LADDER_QUEUE_TYPE in Celery, "
+                f"--queue-type on the relay commands); to switch, move the waiting messages out, delete the "
+                f"ladder's queues and declare again. Broker said: {detail}"
+            )
+            return
         super().__init__(
             f"{name!r} already exists on the broker with settings other than the AceMQ "
             f"contract's. The ladder needs {expected!r}. These names are shared with the "

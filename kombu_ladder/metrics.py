@@ -40,13 +40,13 @@ COUNTER_HELP = {
     "malformed": "Messages without valid x-schedule-* headers (parked, also counted in ladder_parked_total).",
     "parked": "Messages parked in acemq.schedule.parked, by reason (confirmed by the broker).",
     "refused": "Deliveries the broker refused (nack); each is retried or parked.",
-    "cancelled": "Messages cancelled before their delivery.",
+    "cancelled": "Cancelled messages (ids in ladder.cancellations) the relay dropped at a hop or at delivery.",
     "scheduled": "Messages this process put into the ladder.",
 }
 
 #: Every metric family this module exports (a dashboard may query these, with the suffixes below).
 METRIC_NAMES: tuple[str, ...] = (
-    *(f"ladder_{name}_total" for name in ("received", "delivered", "hops", "malformed", "parked")),
+    *(f"ladder_{name}_total" for name in ("received", "delivered", "hops", "malformed", "parked", "cancelled")),
     "ladder_delivery_lateness_seconds",
     "ladder_queue_messages",
     "ladder_queue_consumers",

@@ -9,6 +9,7 @@ from typing import Any, Optional
 
 from kombu import Connection, Consumer, Queue
 
+from .carry import confirming, prepare_copy
 from .contract import CONTROL, EXCHANGE, PARKING, rung_names
 from .envelope import strip_death
 from .errors import LadderError
@@ -25,13 +26,6 @@ BATCH = 200
 
 #: Seconds without a delivery after which a queue counts as drained.
 IDLE = 2.0
-
-#: AMQP properties copied onto the moved message (headers travel separately).
-_PROPERTIES = (
-    "content_type", "content_encoding", "correlation_id", "reply_to", "message_id",
-    "priority", "timestamp", "type", "app_id", "cluster_id", "delivery_mode",
-)
-
 
 @dataclass(frozen=True)
 class MoveResult:
@@ -139,10 +133,7 @@ class _Confirms:
         self.published = 0
         self.confirmed = 0
         self.refused: list[str] = []
-        channel.confirm_select()
-        channel.events["basic_ack"].add(self._on_ack)
-        channel.events["basic_nack"].add(self._on_nack)
-        channel.events["basic_return"].add(self._on_return)
+        confirming(channel, on_ack=self._on_ack, on_nack=self._on_nack, on_return=self._on_return)
 
     def _on_ack(self, delivery_tag: int, multiple: bool) -> None:
         self.confirmed = max(self.confirmed, delivery_tag)
@@ -155,14 +146,8 @@ class _Confirms:
         self.refused.append(f"returned by {exchange!r}/{routing_key!r}: {getattr(exc, 'reply_text', exc)}")
 
     def publish(self, message: Any, *, parked: bool) -> None:
-        raw = message.properties or {}
-        properties = {k: raw[k] for k in _PROPERTIES if raw.get(k) is not None}
-        priority = properties.pop("priority", None)
-        content_type = properties.pop("content_type", None)
-        content_encoding = properties.pop("content_encoding", None)
-        headers = strip_death(message.headers or {})
-        prepared = self.channel.prepare_message(
-            message.body, priority, content_type, content_encoding, headers, properties)
+        prepared = prepare_copy(self.channel, message.body, message.properties or {},
+                                strip_death(message.headers or {}))
         exchange, routing_key = ("", PARKING) if parked else (EXCHANGE, CONTROL)
         # The class's publish, not a confirm_publish replacement that would wait on each message.
         type(self.channel).basic_publish(self.channel, prepared, exchange=exchange, routing_key=routing_key,

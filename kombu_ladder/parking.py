@@ -7,6 +7,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from .carry import confirming, prepare_copy, text_of
 from .contract import CONTROL, EXCHANGE, PARKED_AT, PARKED_REASON, PARKING
 from .envelope import REFUSALS
 
@@ -49,9 +50,8 @@ def unparked_headers(headers: Optional[dict[str, Any]]) -> dict[str, Any]:
 
 def _reason(message: Any) -> str:
     reason = (message.headers or {}).get(PARKED_REASON, "")
-    if isinstance(reason, bytes):
-        reason = reason.decode("utf-8", "replace")
-    return reason if isinstance(reason, str) else repr(reason)
+    text = text_of(reason)
+    return text if text is not None else repr(reason)
 
 
 def _depth(channel: Any) -> int:
@@ -113,7 +113,7 @@ def replay(connection: Any, *, limit: Optional[int] = None, match: Optional[str]
     replayed = kept = 0
     channel = connection.channel()
     try:
-        channel.confirm_select()
+        confirming(channel)
         for _ in range(_depth(channel)):
             message = channel.basic_get(PARKING, no_ack=False)
             if message is None:
@@ -131,12 +131,6 @@ def replay(connection: Any, *, limit: Optional[int] = None, match: Optional[str]
 
 
 def _send_back(channel: Any, message: Any) -> None:
-    properties = dict(message.properties or {})
-    properties.pop("application_headers", None)
-    priority = properties.pop("priority", None)
-    content_type = properties.pop("content_type", None)
-    content_encoding = properties.pop("content_encoding", None)
-    copy = channel.prepare_message(message.body, priority, content_type, content_encoding,
-                                   unparked_headers(message.headers), properties)
+    copy = prepare_copy(channel, message.body, message.properties or {}, unparked_headers(message.headers))
     # Waits for the broker's confirm; a nack raises, and the parked original stays.
     channel.basic_publish_confirm(copy, exchange=EXCHANGE, routing_key=CONTROL, mandatory=True)

@@ -10,6 +10,7 @@ from typing import Any, Callable, Mapping, Optional
 from amqp.channel import Channel as AmqpChannel
 from kombu import Consumer, Queue
 
+from .carry import text_of
 from .contract import DUE_AT, PARKED_REASON, PARKING, TARGET_EXCHANGE, TARGET_ROUTING_KEY, rung_names
 from .plan import parse_due_at
 
@@ -72,16 +73,10 @@ class FindResult:
     truncated: bool
 
 
-def _text(value: Any) -> Optional[str]:
-    if isinstance(value, bytes):
-        value = value.decode("utf-8", "replace")
-    return value if isinstance(value, str) else None
-
-
 def matches(ident: str, headers: Mapping[str, Any], properties: Mapping[str, Any]) -> bool:
     """Whether a message has ``ident`` as its message id, correlation id or Celery task id (``id`` header)."""
-    return ident in (_text(properties.get("message_id")), _text(properties.get("correlation_id")),
-                     _text(headers.get("id")))
+    return ident in (text_of(properties.get("message_id")), text_of(properties.get("correlation_id")),
+                     text_of(headers.get("id")))
 
 
 def _sighting(queue: str, position: int, depth: int, headers: Mapping[str, Any],
@@ -89,9 +84,9 @@ def _sighting(queue: str, position: int, depth: int, headers: Mapping[str, Any],
     return Sighting(
         queue=queue, position=position, depth=depth,
         due_at=parse_due_at(headers.get(DUE_AT)) if DUE_AT in headers else None,
-        exchange=_text(headers.get(TARGET_EXCHANGE)), routing_key=_text(headers.get(TARGET_ROUTING_KEY)),
-        message_id=_text(properties.get("message_id")), task_id=_text(headers.get("id")),
-        task=_text(headers.get("task")), parked_reason=_text(headers.get(PARKED_REASON)),
+        exchange=text_of(headers.get(TARGET_EXCHANGE)), routing_key=text_of(headers.get(TARGET_ROUTING_KEY)),
+        message_id=text_of(properties.get("message_id")), task_id=text_of(headers.get("id")),
+        task=text_of(headers.get("task")), parked_reason=text_of(headers.get(PARKED_REASON)),
     )
 
 

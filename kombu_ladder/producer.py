@@ -12,13 +12,14 @@ from typing import Any, Callable, Optional
 
 from kombu import Exchange, Producer
 
+from .brokers import clock_of
 from .compat import PUBLISH_OPTIONS
 from .contract import EXCHANGE, MESSAGE_TYPE, rung_name
 from .envelope import scheduled_headers
 from .plan import MAX_DELAY, Delay, check_max_delay, due_at_ms, place
 from .targets import is_internal, name_problem
 from .text import quote
-from .topology import declare
+from .topology import check_queue_type, declare
 
 __all__ = ["LadderProducerMixin", "LadderProducer", "target_name"]
 
@@ -83,6 +84,9 @@ class LadderProducerMixin:
 
     #: The longest ``countdown``/``eta`` accepted, in seconds: a guard against unit mistakes.
     max_delay: float = MAX_DELAY
+
+    #: The queue profile declared before the first delayed publish: "classic" (the contract) or "quorum".
+    queue_type: str = "classic"
 
     def publish(  # type: ignore[override]
         self,
@@ -168,7 +172,7 @@ class LadderProducerMixin:
         # Declare on a channel of its own when the kombu Connection is at hand,
         # so a conflict does not kill the channel this producer publishes on.
         client = getattr(key, "client", None)
-        declare(client if hasattr(client, "default_channel") else channel)
+        declare(client if hasattr(client, "default_channel") else channel, queue_type=self.queue_type)
         if key is not None:
             with _declared_lock:
                 _declared.add(key)
@@ -183,8 +187,10 @@ class LadderProducer(LadderProducerMixin, Producer):
     """
 
     def __init__(self, *args: Any, clock: Optional[Callable[[], float]] = None,
-                 max_delay: Optional[float] = None, **kwargs: Any) -> None:
+                 max_delay: Optional[float] = None, queue_type: str = "classic", **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        clock = clock_of(self.connection, clock, default=None)  # the simulator's on a ladder-sim connection
+        self.queue_type = check_queue_type(queue_type)
         if clock is not None:
             self.clock = clock
         if max_delay is not None:

@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
+import uuid
+from collections import OrderedDict
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Callable, Iterable, Optional
 
-from kombu.compression import compress
-
-from .contract import ORIGINAL_ROUTING_KEY, PREFETCH, REPUBLISH_COUNT, RUNGS, describe
-from .plan import MAX_DELAY, Delay, check_max_delay, delay_seconds, parse_due_at, to_millis
+from .brokers import clock_of
+from .cancelling import cancel_many
+from .carry import waiting_for_confirms
+from .contract import PREFETCH, RUNGS, describe
+from .plan import MAX_DELAY, Delay, check_max_delay, delay_seconds, to_millis
 from .producer import LadderProducer
 from .relay import Relay
+from .republishing import original_routing_key, republish_copy, republish_count
 from .timing import HOLD_WINDOW
-from .topology import declare
+from .topology import check_queue_type, declare
 
 __all__ = ["Scheduler", "original_routing_key", "republish_count"]
 
@@ -24,46 +27,8 @@ logger = logging.getLogger(__name__)
 
 #: How long :meth:`Scheduler.on` waits for its relay to start consuming.
 RELAY_START_TIMEOUT = 30.0
-
-
-def original_routing_key(message: Any) -> str:
-    """Return the routing key a (possibly republished) message was first consumed with."""
-    headers = message.headers or {}
-    key = headers.get(ORIGINAL_ROUTING_KEY)
-    if isinstance(key, bytes):
-        key = key.decode("utf-8", "replace")
-    if isinstance(key, str):
-        return key
-    return (message.delivery_info or {}).get("routing_key", "")
-
-
-def republish_count(message: Any) -> int:
-    """Return how many times ``message`` has been republished (0 for an original)."""
-    count = parse_due_at((message.headers or {}).get(REPUBLISH_COUNT))
-    return count if count is not None and count > 0 else 0
-
-
-def _body_as_it_came(message: Any) -> Any:
-    """The body bytes a consumed message arrived with.
-
-    kombu decompresses a body with a ``compression`` header when the message is
-    received; republished with that header, it must be compressed again (kombu's
-    codecs are deterministic: the same bytes come back). A body kombu could not
-    decompress is left as it came.
-    """
-    compression = (message.headers or {}).get("compression")
-    if not compression or getattr(message, "errors", None):
-        return message.body
-    body = message.body
-    return compress(body.encode("utf-8") if isinstance(body, str) else body, compression)[0]
-
-
-def _confirming(channel: Any) -> Any:
-    """Make every publish on ``channel`` wait for the broker's confirm, where it can."""
-    confirm = getattr(channel, "basic_publish_confirm", None)
-    if confirm is not None:
-        channel.basic_publish = confirm
-    return channel
+#: How many scheduled messages' due times a scheduler remembers, for :meth:`Scheduler.cancel`.
+REMEMBER_DUE = 100_000
 
 
 class Scheduler:
@@ -79,46 +44,73 @@ class Scheduler:
         connection: Any,
         *,
         relay: bool = True,
-        clock: Callable[[], float] = time.time,
+        clock: Optional[Callable[[], float]] = None,
         serializer: Optional[str] = None,
         prefetch: int = PREFETCH,
         allowed_exchanges: Optional[Iterable[str]] = None,
         max_delay: float = MAX_DELAY,
         hold_window: float = HOLD_WINDOW,
+        queue_type: str = "classic",
     ) -> None:
         self.connection = connection
-        self.clock = clock
+        #: The queue profile: "classic" (the contract) or "quorum" (see :func:`~kombu_ladder.topology.declare`).
+        self.queue_type = check_queue_type(queue_type)
+        #: What due times are stamped with: ``clock``, else the simulator's on a ladder-sim connection.
+        self.clock: Callable[[], float] = clock_of(connection, clock)
         #: The longest delay accepted (seconds), for publishing and for the relay.
         self.max_delay = check_max_delay(max_delay)
         self._scheduled = 0
+        #: message id -> due time (epoch ms) of what this scheduler scheduled lately, newest last.
+        self._due: "OrderedDict[str, int]" = OrderedDict()
         self._lock = threading.Lock()
-        declare(connection)
-        self._channel = _confirming(connection.channel())
-        self._producer = LadderProducer(self._channel, serializer=serializer, clock=clock,
-                                        max_delay=self.max_delay)
+        declare(connection, queue_type=self.queue_type)
+        self._channel = waiting_for_confirms(connection.channel())
+        self._producer = LadderProducer(self._channel, serializer=serializer, clock=self.clock,
+                                        max_delay=self.max_delay, queue_type=self.queue_type)
         self._relay: Optional[Relay] = None
         self._thread: Optional[threading.Thread] = None
         self._relay_connection: Any = None
         self._closed = False
         if relay:
             self._start_relay(prefetch=prefetch, allowed_exchanges=allowed_exchanges, max_delay=self.max_delay,
-                              hold_window=hold_window)
+                              hold_window=hold_window, queue_type=self.queue_type)
 
     @classmethod
-    def on(cls, connection: Any, *, relay: bool = True, **options: Any) -> "Scheduler":
+    def on(
+        cls,
+        connection: Any,
+        *,
+        relay: bool = True,
+        clock: Optional[Callable[[], float]] = None,
+        serializer: Optional[str] = None,
+        prefetch: int = PREFETCH,
+        allowed_exchanges: Optional[Iterable[str]] = None,
+        max_delay: float = MAX_DELAY,
+        hold_window: float = HOLD_WINDOW,
+        queue_type: str = "classic",
+    ) -> "Scheduler":
         """Open a scheduler on ``connection`` with its queues declared.
 
         Arguments:
             connection: a :class:`kombu.Connection`.
             relay: run a relay in a background thread on a connection of its own.
-            **options: ``clock``, ``serializer``, ``prefetch``, ``allowed_exchanges``,
-                ``max_delay`` (seconds, default ten years), ``hold_window`` (seconds the
-                relay holds a message's residual to deliver it on time; default 10, 0: off).
+            clock: what due times are stamped with (epoch seconds); the default is the
+                wall clock, or the simulator's virtual clock on a ``ladder-sim://`` connection.
+            serializer: kombu's serializer for payloads that are not bytes.
+            prefetch: expired messages the relay holds at once.
+            allowed_exchanges: the target exchanges the relay may deliver to (default: every one).
+            max_delay: the longest delay accepted, in seconds (default ten years).
+            queue_type: ``"classic"`` (the contract, the default) or ``"quorum"`` (see
+                :func:`~kombu_ladder.declare`).
+            hold_window: seconds the relay holds a message's residual to deliver it at its due
+                time (default 10; 0: off, and messages arrive up to a second early).
 
         Returns:
             The scheduler; use it as a context manager, or call :meth:`close`.
         """
-        return cls(connection, relay=relay, **options)
+        return cls(connection, relay=relay, clock=clock, serializer=serializer, prefetch=prefetch,
+                   allowed_exchanges=allowed_exchanges, max_delay=max_delay, hold_window=hold_window,
+                   queue_type=queue_type)
 
     def _start_relay(self, **options: Any) -> None:
         self._relay_connection = self.connection.clone()
@@ -131,11 +123,13 @@ class Scheduler:
 
     # -- scheduling ---------------------------------------------------------
 
-    def in_(self, delay: Delay, payload: Any, *, routing_key: str, exchange: str = "", **kwargs: Any) -> None:
-        """Deliver ``payload`` after ``delay`` (seconds, or a timedelta).
+    def in_(self, delay: Delay, payload: Any, *, routing_key: str, exchange: str = "", **kwargs: Any) -> str:
+        """Deliver ``payload`` after ``delay`` (seconds, or a timedelta); return its message id.
 
         Zero or negative delivers immediately. ``**kwargs`` go to
         :meth:`kombu.Producer.publish` (``headers``, ``serializer``, properties).
+        The id is the AMQP ``message_id`` given in ``**kwargs``, or a new UUID;
+        pass it to :meth:`cancel`.
 
         Raises:
             TypeError: ``delay`` is not a number or timedelta, or ``routing_key`` not a str.
@@ -143,18 +137,37 @@ class Scheduler:
                 or ``routing_key`` is empty for the default exchange.
         """
         # Checked here: None would otherwise mean "no delay" to the producer.
-        delay_seconds(delay, argument="delay", max_delay=self.max_delay)
-        self._publish(payload, routing_key, exchange, countdown=delay, **kwargs)
+        seconds = delay_seconds(delay, argument="delay", max_delay=self.max_delay)
+        due = int((self.clock() + max(seconds, 0.0)) * 1000)
+        return self._publish(payload, routing_key, exchange, countdown=delay, due_ms=due, **kwargs)
 
-    def at(self, when: datetime, payload: Any, *, routing_key: str, exchange: str = "", **kwargs: Any) -> None:
-        """Deliver ``payload`` at ``when``, an aware datetime; the past delivers now.
+    def at(self, when: datetime, payload: Any, *, routing_key: str, exchange: str = "", **kwargs: Any) -> str:
+        """Deliver ``payload`` at ``when``, an aware datetime; the past delivers now. Return its message id.
 
         Raises:
             TypeError: ``when`` is not a datetime.
             ValueError: ``when`` is naive, or see :meth:`in_`.
         """
-        to_millis(when, argument="when")  # None would otherwise mean "no delay" to the producer
-        self._publish(payload, routing_key, exchange, eta=when, **kwargs)
+        due = to_millis(when, argument="when")  # None would otherwise mean "no delay" to the producer
+        return self._publish(payload, routing_key, exchange, eta=when, due_ms=due, **kwargs)
+
+    def cancel(self, message_id: str, *, due: Optional[datetime] = None) -> None:
+        """Cancel the scheduled message ``message_id``; return once the broker confirmed the record.
+
+        Every relay, including one started later, drops the message when it next
+        reaches it (at a hop or at delivery) and counts it under ``cancelled``.
+        A message already delivered is not taken back. ``due`` (an aware datetime)
+        bounds how long relays keep the cancellation; for a message this scheduler
+        scheduled lately it is known already.
+
+        Raises:
+            TypeError, ValueError: ``message_id`` cannot be an AMQP message id.
+        """
+        if self._closed:
+            raise RuntimeError("this scheduler is closed")
+        with self._lock:
+            known = self._due.get(message_id) if isinstance(message_id, str) else None
+            cancel_many(self.connection, [message_id], due=due if due is not None else known, clock=self.clock)
 
     def republish(self, message: Any, delay: Delay, *, queue: str) -> int:
         """Ask for ``message`` again after ``delay``, at the back of ``queue``.
@@ -171,24 +184,13 @@ class Scheduler:
         if not isinstance(queue, str) or not queue:
             raise ValueError(f"queue must be the name of the queue to return to, not {queue!r}")
         delay_seconds(delay, argument="delay", max_delay=self.max_delay)  # None would otherwise republish at once
-        headers = dict(message.headers or {})
-        headers[ORIGINAL_ROUTING_KEY] = original_routing_key(message)
-        count = republish_count(message) + 1
-        headers[REPUBLISH_COUNT] = count
-        props = message.properties or {}
-        properties = {
-            k: props[k] for k in ("correlation_id", "reply_to", "message_id", "priority", "app_id")
-            if props.get(k) is not None
-        }
-        self._publish(
-            _body_as_it_came(message), queue, "", countdown=delay, headers=headers,
-            content_type=message.content_type or "application/octet-stream",
-            content_encoding=message.content_encoding or "binary", **properties,
-        )
+        body, options, count = republish_copy(message)
+        self._publish(body, queue, "", countdown=delay, **options)
         message.ack()
         return count
 
-    def _publish(self, payload: Any, routing_key: str, exchange: str, **kwargs: Any) -> None:
+    def _publish(self, payload: Any, routing_key: str, exchange: str, *, due_ms: Optional[int] = None,
+                 **kwargs: Any) -> str:
         if self._closed:
             raise RuntimeError("this scheduler is closed")
         if not isinstance(routing_key, str):
@@ -197,9 +199,17 @@ class Scheduler:
             raise TypeError(f"exchange must be a str, not {type(exchange).__name__}")
         # One publish at a time: a py-amqp channel is not thread-safe, and each publish
         # waits for its confirm (concurrent callers hung, each reading the other's frames).
+        message_id = kwargs.get("message_id")
+        if message_id is None and due_ms is not None:  # in_ and at; a republish keeps what it had
+            message_id = kwargs["message_id"] = str(uuid.uuid4())
         with self._lock:
             self._producer.publish(payload, routing_key=routing_key, exchange=exchange, **kwargs)
             self._scheduled += 1
+            if due_ms is not None and isinstance(message_id, str):
+                self._due[message_id] = due_ms
+                if len(self._due) > REMEMBER_DUE:
+                    self._due.popitem(last=False)
+        return "" if message_id is None else str(message_id)
 
     # -- counters -----------------------------------------------------------
 
@@ -222,6 +232,11 @@ class Scheduler:
     def malformed(self) -> int:
         """Messages its relay found without valid schedule headers (parked, not dropped)."""
         return self._relay.counters.malformed if self._relay else 0
+
+    @property
+    def cancelled(self) -> int:
+        """Cancelled messages its relay dropped (at a hop or at delivery)."""
+        return self._relay.counters.cancelled if self._relay else 0
 
     @property
     def parked(self) -> int:

@@ -11,9 +11,43 @@ from kombu import Exchange, Queue
 from .contract import CONTROL, EXCHANGE, EXCHANGE_TYPE, PARKING, RUNGS, arguments_for, rung_name
 from .errors import TopologyConflict
 
-__all__ = ["declare", "ladder_exchange", "ladder_queues", "parking_queue"]
+__all__ = ["QUEUE_TYPES", "check_queue_type", "declare", "ladder_exchange", "ladder_queues", "parking_queue",
+           "queue_arguments"]
 
 logger = logging.getLogger(__name__)
+
+#: The profiles ``declare`` knows: ``classic`` is the AceMQ contract; ``quorum`` is replicated and off-contract.
+QUEUE_TYPES = ("classic", "quorum")
+
+#: What the quorum profile adds to every rung: dead-lettering that cannot drop a message.
+QUORUM_RUNG_ARGUMENTS: dict[str, object] = {
+    "x-queue-type": "quorum",
+    "x-dead-letter-strategy": "at-least-once",
+    "x-overflow": "reject-publish",
+}
+
+
+def check_queue_type(queue_type: object, *, argument: str = "queue_type") -> str:
+    """Return ``queue_type`` if it is ``"classic"`` or ``"quorum"``.
+
+    Raises:
+        ValueError: anything else, naming ``argument``.
+    """
+    if isinstance(queue_type, str) and queue_type in QUEUE_TYPES:
+        return queue_type
+    raise ValueError(f"{argument} must be \"classic\" (the AceMQ contract, the default) or \"quorum\" "
+                     f"(replicated, off-contract), not {queue_type!r}")
+
+
+def queue_arguments(seconds: float, queue_type: str = "classic") -> dict[str, object]:
+    """Return the arguments of the rung of ``seconds`` in the ``queue_type`` profile.
+
+    The classic profile's are exactly the contract's (:func:`~kombu_ladder.contract.arguments_for`).
+    """
+    arguments = arguments_for(seconds)
+    if check_queue_type(queue_type) == "quorum":
+        arguments.update(QUORUM_RUNG_ARGUMENTS)
+    return arguments
 
 
 def ladder_exchange() -> Exchange:
@@ -21,18 +55,21 @@ def ladder_exchange() -> Exchange:
     return Exchange(EXCHANGE, type=EXCHANGE_TYPE, durable=True, auto_delete=False)
 
 
-def ladder_queues() -> list[Queue]:
+def ladder_queues(queue_type: str = "classic") -> list[Queue]:
     """Return the rung queues, longest first, then the control queue.
 
     Each is bound to ``acemq.schedule`` with its own name as the routing key.
+    ``queue_type="quorum"`` makes them quorum queues (see :func:`declare`).
     """
     exchange = ladder_exchange()
     queues = [
         Queue(rung_name(r), exchange, routing_key=rung_name(r), durable=True,
-              auto_delete=False, queue_arguments=arguments_for(r))
+              auto_delete=False, queue_arguments=queue_arguments(r, queue_type))
         for r in RUNGS
     ]
-    queues.append(Queue(CONTROL, exchange, routing_key=CONTROL, durable=True, auto_delete=False))
+    control = {"x-queue-type": "quorum"} if queue_type == "quorum" else None
+    queues.append(Queue(CONTROL, exchange, routing_key=CONTROL, durable=True, auto_delete=False,
+                        queue_arguments=control))
     return queues
 
 
@@ -41,7 +78,7 @@ def parking_queue() -> Queue:
     return Queue(PARKING, exchange=None, durable=True, auto_delete=False, no_declare=False)
 
 
-def declare(connection_or_channel: Any) -> list[str]:
+def declare(connection_or_channel: Any, queue_type: str = "classic") -> list[str]:
     """Declare the ladder's exchange and queues with exactly the contract's arguments.
 
     Idempotent. The parking queue (local to this library) is declared too but
@@ -49,22 +86,30 @@ def declare(connection_or_channel: Any) -> list[str]:
 
     Arguments:
         connection_or_channel: a :class:`kombu.Connection` or a channel.
+        queue_type: ``"classic"`` (the default) declares the contract's classic
+            queues. ``"quorum"`` declares the rungs and the control queue as
+            replicated quorum queues, the rungs with ``x-dead-letter-strategy:
+            at-least-once`` and ``x-overflow: reject-publish`` besides the
+            contract's arguments: it survives the loss of a cluster node, but
+            conflicts with any peer that declares the classic contract.
 
     Returns:
         The queue names, longest rung first and the control queue last.
 
     Raises:
         TopologyConflict: a queue or the exchange exists with other arguments.
+        ValueError: ``queue_type`` is neither ``"classic"`` nor ``"quorum"``.
     """
+    check_queue_type(queue_type)
     if hasattr(connection_or_channel, "default_channel"):
         # A channel of our own: a PRECONDITION_FAILED closes the channel it hit,
         # and must not leave the caller's default channel dead.
         channel = connection_or_channel.channel()
         try:
-            return _declare_on(channel)
+            return _declare_on(channel, queue_type)
         finally:
             _close_quietly(channel)
-    return _declare_on(connection_or_channel)
+    return _declare_on(connection_or_channel, queue_type)
 
 
 def _close_quietly(channel: Any) -> None:
@@ -74,19 +119,20 @@ def _close_quietly(channel: Any) -> None:
         logger.debug("closing the declare channel failed", exc_info=True)
 
 
-def _declare_on(channel: Any) -> list[str]:
+def _declare_on(channel: Any, queue_type: str) -> list[str]:
     exchange = ladder_exchange()
     try:
         exchange(channel).declare()
     except PreconditionFailed as exc:
         raise TopologyConflict(EXCHANGE, {"type": EXCHANGE_TYPE, "durable": True}, str(exc)) from exc
     names = []
-    for queue in [*ladder_queues(), parking_queue()]:
+    for queue in [*ladder_queues(queue_type), parking_queue()]:
         try:
             queue(channel).declare()
         except PreconditionFailed as exc:
             expected = {"durable": True, "arguments": getattr(queue, "queue_arguments", None) or {}}
-            raise TopologyConflict(queue.name, expected, str(exc)) from exc
+            profile = queue_type if queue.name != PARKING else None
+            raise TopologyConflict(queue.name, expected, str(exc), queue_type=profile) from exc
         names.append(queue.name)
     logger.debug("declared the ladder topology: %s", ", ".join(names))
     return names[:-1]

@@ -22,6 +22,21 @@ BROKER_PORT = int(os.environ.get("LADDER_TEST_PORT", "5672"))
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
+#: Fixtures that reach the real RabbitMQ: a test that uses one, directly or through another, is a broker test.
+BROKER_FIXTURES = frozenset({"rabbit_vhost", "broker_url", "connection"})
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects by these marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the tiers: ``broker`` on every test that reaches RabbitMQ, ``unit`` on what needs no broker,
+    no Celery worker and no process of its own (``make test-unit``)."""
+    for item in items:
+        if BROKER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.broker)
+        if not any(item.get_closest_marker(tier) for tier in ("broker", "celery", "process")):
+            item.add_marker(pytest.mark.unit)
+
+
 def broker_reachable() -> bool:
     try:
         with socket.create_connection((BROKER_HOST, BROKER_PORT), timeout=2):
@@ -116,7 +131,7 @@ def wait_for(condition: Callable[[], object], timeout: float = 30.0, interval: f
         time.sleep(interval)
 
 
-@pytest.fixture(params=["rabbitmq", "simulator"])
+@pytest.fixture(params=[pytest.param("rabbitmq", marks=pytest.mark.broker), "simulator"])
 def ladder_backend(request: pytest.FixtureRequest) -> Iterator[object]:
     """The broker a behaviour test runs on, with the ladder queues emptied first.
 

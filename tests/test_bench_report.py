@@ -115,6 +115,7 @@ def test_render_reports_misses_with_why() -> None:
     assert "Every target was met" not in page
 
 
+@pytest.mark.process
 def test_plot_writes_a_png(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     from bench.plot import plot_lateness

@@ -356,6 +356,7 @@ INSTALL_LINES = sorted({c.line for b in _install_blocks() for c in commands_of(b
                        | {c for _, c in inline_commands() if c.startswith("pip install")})
 
 
+@pytest.mark.process
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("line", INSTALL_LINES)
 def test_the_install_lines_resolve_to_this_distribution(line: str, wheel_dir: Path, tmp_path: Path) -> None:

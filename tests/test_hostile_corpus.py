@@ -56,6 +56,7 @@ def expected_counters(ordered: list[corpus.Case], reasons: list[str], received: 
         "malformed": sum(r.startswith("malformed:") for r in reasons),
         "parked": len(reasons),
         "refused": 2,
+        "cancelled": 0,
     }
 
 

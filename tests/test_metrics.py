@@ -148,6 +148,7 @@ def test_every_declared_metric_name_is_exported() -> None:
         assert name in exported or f"{name}_bucket" in exported, name
 
 
+@pytest.mark.process
 def test_a_failed_sample_clears_the_depths_and_is_counted() -> None:
     sampler = QueueSampler(Connection(UNREACHABLE, connect_timeout=1))
     sampler.depths = FixedSampler().depths

@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+#: Each test runs a command line or a build in a process of its own (see setup.cfg's markers).
+pytestmark = pytest.mark.process
+
 ROOT = Path(__file__).resolve().parent.parent
 
 #: What ``import celery_ladder`` says, on its last line, where Celery is not installed.
@@ -87,3 +90,39 @@ def test_one_distribution_registers_the_pytest_plugin() -> None:
     ours = [(ep.name, ep.value, ep.dist.name if ep.dist else None) for ep in entry_points(group="pytest11")
             if ep.value.split(".")[0] in ("kombu_ladder", "celery_ladder")]
     assert ours == [("kombu_ladder", "kombu_ladder.pytest_plugin", "kombu-ladder")]
+
+
+def test_every_public_name_is_documented_and_internals_are_not_exported() -> None:
+    import celery_ladder
+    import kombu_ladder
+
+    api = (ROOT / "docs" / "api.rst").read_text()
+    for package in (kombu_ladder, celery_ladder):
+        undocumented = [n for n in package.__all__ if f"{package.__name__}.{n}" not in api]
+        assert undocumented == [], f"{package.__name__} exports undocumented names: {undocumented}"
+    assert not {"RelayCore", "Counters", "describe", "arguments_for"} & set(kombu_ladder.__all__)
+    assert not {"LadderAMQP", "LadderTaskProducer", "add_relay_step"} & set(celery_ladder.__all__)
+    from kombu_ladder.relay import Counters, RelayCore  # still importable by module path  # noqa: F401
+
+
+def test_scheduler_on_shows_its_keyword_only_options() -> None:
+    import inspect
+
+    from kombu_ladder import Scheduler
+
+    params = inspect.signature(Scheduler.on).parameters
+    assert [n for n, p in params.items() if p.kind is p.KEYWORD_ONLY] == [
+        "relay", "clock", "serializer", "prefetch", "allowed_exchanges", "max_delay", "hold_window", "queue_type"]
+    assert not any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def test_importing_the_packages_creates_nothing_and_install_makes_the_shared_counter() -> None:
+    code = (
+        "import celery_ladder, celery_ladder.publish as p, kombu_ladder.simulator.registry as r\n"
+        "assert p._SCHEDULED is None and not r._kept, 'made on import'\n"
+        "from celery import Celery\n"
+        "celery_ladder.install(Celery('x', broker='memory://'))\n"
+        "assert p._SCHEDULED is not None and p.scheduled_count() == 0\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 0, done.stderr

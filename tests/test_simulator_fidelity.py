@@ -111,7 +111,7 @@ def test_inequivalent_redeclaration_fails_with_rabbitmqs_text(ladder_backend: An
     if getattr(getattr(ladder_backend, "broker", None), "profile", None) is not None \
             and ladder_backend.broker.profile.name != "3.10":
         pytest.skip("RabbitMQ 3.10's texts; 4.3 refuses the durable=False case before comparing "
-                    "(tests/test_simulator_profiles.py)")
+                    "(tests/sim/test_simulator_profiles.py)")
     queue, exchange = _names("q", "x")
     with ladder_backend.connection() as conn:
         Queue(queue, durable=True, queue_arguments={"x-message-ttl": 1000})(conn.channel()).declare()

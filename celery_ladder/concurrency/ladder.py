@@ -21,6 +21,9 @@ class TaskPool(PreforkTaskPool):
     pool whatever ``ladder_relay`` says.
     """
 
+    #: Read by the relay step: this pool always runs the relay, whatever ``ladder_relay`` says.
+    with_relay = True
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if self.app is not None:

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from types import TracebackType
 from typing import Any, Callable, Iterable, Optional
 
 from .. import readable, wire
+from ..carry import confirming
 from ..contract import CONTROL, EXCHANGE, PARKING, PREFETCH
 from ..envelope import Deliver, Hop, Park, decide
 from ..plan import MAX_DELAY, check_max_delay
 from ..text import escape, quote
 from ..timing import HOLD_CAPACITY, HOLD_WINDOW
 from . import link, outgoing
+from .cancelwatch import CancelWatch
 from .closes import ChannelCloses
 from .counters import AllowList, Counters
 from .notices import Notices
@@ -26,6 +29,8 @@ __all__ = ["RelayCore", "RelayConsumer"]
 logger = logging.getLogger("kombu_ladder.relay")
 
 E_MESSAGE = "the relay failed on a message (delivery tag %s); parking it"
+I_CONSUMING = "ladder relay consuming from %s (prefetch %d, publisher confirms)"
+I_CANCELLED = "dropped cancelled message %s (its id is in ladder.cancellations)"
 
 
 class RelayCore(ChannelCloses, Residuals):
@@ -59,6 +64,7 @@ class RelayCore(ChannelCloses, Residuals):
         max_delay: float = MAX_DELAY,
         hold_window: float = HOLD_WINDOW,
         hold_capacity: int = HOLD_CAPACITY,
+        cancellations: bool = True,
     ) -> None:
         #: A due time further ahead than this (ms) is parked as malformed: a unit mistake.
         self.max_delay_ms = round(check_max_delay(max_delay) * 1000)
@@ -83,6 +89,10 @@ class RelayCore(ChannelCloses, Residuals):
         self._waiting: list[Publish] = []
         self._careful = None
         self._init_holding(hold_window, hold_capacity)  # issue 14: hold the residual
+        #: The live cancellations, read from ``ladder.cancellations`` (None: not enforced).
+        self.cancels = CancelWatch(clock=clock, horizon_ms=self.max_delay_ms) if cancellations else None
+        #: Set once the relay consumes the control queue (after reading the cancellations).
+        self.consuming = threading.Event()
 
     @property
     def channel(self) -> Any:
@@ -109,7 +119,11 @@ class RelayCore(ChannelCloses, Residuals):
     def _start(self) -> None:
         self._guard = link.guard_of(self._consume)
         self._open_publisher()
-        self._open_consumer(self._consume)
+        if self.cancels is None:
+            self._open_consumer(self._consume)
+        else:  # the control queue only once every earlier cancellation is known
+            channel = self._consume
+            self.cancels.start(link.sibling(channel), self._guard, lambda: self._open_consumer(channel))
         # issue 14: a driver that keeps virtual time (the simulator) wakes the relay for held messages
         timers = getattr(getattr(self._consume, "connection", None), "ladder_timers", None)
         if timers is not None:
@@ -118,14 +132,13 @@ class RelayCore(ChannelCloses, Residuals):
     def _open_publisher(self) -> None:
         channel = link.sibling(self._consume)
         channel.auto_decode = False  # its returns carry no properties to decode by (see link.Guard)
-        channel.confirm_select()
-        channel.events["basic_ack"].add(self._on_ack)
-        channel.events["basic_nack"].add(self._on_nack)
-        channel.events["basic_return"].add(self._on_return)
+        confirming(channel, on_ack=self._on_ack, on_nack=self._on_nack, on_return=self._on_return)
         self._guard.watch(channel, self._publisher_closed)
         self._publisher = channel
 
     def _open_consumer(self, channel: Any) -> None:
+        if channel is not self._consume:
+            return  # a stale start: the relay reconnected since
         self._consume = channel
         channel.auto_decode = False  # the relay passes bodies on as bytes
         self._guard.watch(channel, self._consume_closed)
@@ -133,11 +146,15 @@ class RelayCore(ChannelCloses, Residuals):
         # issue 14: room for held messages on top of the prefetch, so that they never stall the hops
         channel.basic_qos(0, self.prefetch + self.held.capacity, False)
         self._tag = channel.basic_consume(CONTROL, callback=self.on_message, no_ack=False)
+        logger.info(I_CONSUMING, CONTROL, self.prefetch + self.held.capacity)
+        self.consuming.set()
 
     def _cancel(self) -> None:
         """Stop taking messages; what was taken is still published and acked as confirms arrive."""
         channel, tag = self._consume, self._tag
         self._tag = None
+        if self.cancels is not None:
+            self.cancels.stop_waiting()  # a relay stopping before it caught up never starts consuming
         if channel is not None and tag is not None:
             try:
                 channel.basic_cancel(tag)
@@ -152,6 +169,8 @@ class RelayCore(ChannelCloses, Residuals):
             self._guard.unwatch(self._consume)
         link.close_quietly(self._publisher)
         self._publisher = None
+        if self.cancels is not None:
+            self.cancels.close()
 
     @guarded("a tick")
     def tick(self) -> None:
@@ -160,6 +179,8 @@ class RelayCore(ChannelCloses, Residuals):
             self._due_again(self.clock())
         if len(self.held):
             self.fire()  # issue 14: a backstop; drivers call fire() at the due time
+        if self.cancels is not None:
+            self.cancels.tick()
         self.notices.flush()
 
     # -- one expired message -------------------------------------------------------------
@@ -190,6 +211,10 @@ class RelayCore(ChannelCloses, Residuals):
         if problem is not None:
             return self._park(job, f"malformed: {problem}; its properties are kept as bytes", raw_only=True)
         job.props = props
+        cancelled = None if self.cancels is None else self.cancels.cancelled(
+            props.fields.get("message_id"), props.fields.get("correlation_id"))
+        if cancelled is not None:
+            return self._drop_cancelled(job, cancelled)
         job.headers, properties = outgoing.views(props)
         repeated = outgoing.twice(props, job.headers)
         if repeated is not None:
@@ -213,6 +238,22 @@ class RelayCore(ChannelCloses, Residuals):
         else:
             self._park(job, decision.reason)
         return None
+
+    def _cancelled_while_held(self, publish: Publish) -> bool:
+        """Drop a held delivery whose cancellation arrived while it was held (checked again at its due time)."""
+        fields = publish.job.props.fields if publish.job.props is not None else {}
+        cancelled = None if self.cancels is None else self.cancels.cancelled(
+            fields.get("message_id"), fields.get("correlation_id"))
+        if cancelled is not None:
+            self._drop_cancelled(publish.job, cancelled)
+        return cancelled is not None
+
+    def _drop_cancelled(self, job: Job, message_id: str) -> None:
+        """Ack and drop a cancelled message: no publish, counted and logged with its id."""
+        job.done = True
+        self.counters.cancelled += 1
+        logger.info(I_CANCELLED, quote(message_id))
+        self._settled()
 
 
 class RelayConsumer:

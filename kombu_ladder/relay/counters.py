@@ -51,6 +51,8 @@ class Counters:
     #: ``reject-publish``); each is retried or parked. Through an exchange with several
     #: queues, the others may have taken their copy.
     refused: int = 0
+    #: Cancelled messages (their id is in ``ladder.cancellations``) acked and dropped, at a hop or at delivery.
+    cancelled: int = 0
     #: ``parked`` by reason code (:data:`kombu_ladder.observe.REASONS`).
     parked_reasons: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REASONS, 0))
     #: Lateness of the confirmed deliveries (delivery time minus due time).
@@ -79,4 +81,5 @@ class Counters:
             "malformed": self.malformed,
             "parked": self.parked,
             "refused": self.refused,
+            "cancelled": self.cancelled,
         }

@@ -7,9 +7,9 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Optional
 
 from .. import wire
+from ..carry import CARRIED_PROPERTIES
 from ..contract import DUE_AT, MESSAGE_TYPE, PARKED_AT, PARKED_REASON, SCHEDULE_HEADERS
 from ..envelope import (
-    CARRIED_PROPERTIES,
     LOCAL_HEADERS,
     REFUSALS,
     delivered_content_type,

@@ -70,7 +70,8 @@ class Residuals:
     def fire(self) -> None:
         """Publish every held delivery that is due (the driver calls this at the due time)."""
         for publish in self.held.pop_due(int(self.clock() * 1000)):
-            self._send(publish)
+            if not self._cancelled_while_held(publish):
+                self._send(publish)
         if self.wakeup is not None:
             wait = self.next_wakeup()
             if wait is not None:
@@ -94,4 +95,7 @@ class Residuals:
     pending: Any
 
     def _send(self, publish: Publish) -> None:
+        raise NotImplementedError
+
+    def _cancelled_while_held(self, publish: Publish) -> bool:
         raise NotImplementedError

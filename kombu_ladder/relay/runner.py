@@ -4,112 +4,91 @@ from __future__ import annotations
 
 import logging
 import signal
-import socket
-import threading
 import time
+from functools import partial
 from typing import Any, Callable, Iterable, Optional
 
 from kombu.mixins import ConsumerMixin
 
-from ..contract import CONTROL, PREFETCH
+from ..brokers import clock_of
+from ..contract import PREFETCH
 from ..plan import MAX_DELAY
-from ..targets import ExchangeCheck
 from ..timing import HOLD_CAPACITY, HOLD_WINDOW
-from ..topology import declare
-from .core import RelayCore
-from .counters import Counters
+from ..topology import check_queue_type, declare
+from .driven import I_STOPPED, STOP_GRACE, DrivenRelay, Driver
 from .wakeup import consume as _consume_on_time
 
-__all__ = ["Relay"]
+__all__ = ["Relay", "STOP_GRACE"]
 
 logger = logging.getLogger("kombu_ladder.relay")
 
-I_CONSUMING = "relay consuming from %s (prefetch %d)"
 I_COUNTERS = "relay counters: %s"
 I_SIGNAL = "received %s, stopping the relay"
-I_STOPPED = "relay stopped: %s"
-
-#: Seconds a stopping relay waits for outstanding confirms, so a clean stop duplicates nothing.
-STOP_GRACE = 5.0
 
 #: Seconds between the relay's ticks (back-offs, log summaries), at the most.
 TICK = 0.25
 
 
-class Relay(ConsumerMixin):
+class Relay(Driver, ConsumerMixin):
     """A standalone relay on its own connection; reconnects by itself.
 
     Run it with :meth:`run` (blocking) and stop it from another thread or a
-    signal handler with :meth:`stop`.
+    signal handler with :meth:`stop`. The relay itself is a
+    :class:`~kombu_ladder.relay.driven.DrivenRelay`; this class only drives it.
     """
 
     def __init__(
         self,
         connection: Any,
         *,
-        clock: Callable[[], float] = time.time,
+        clock: Optional[Callable[[], float]] = None,
         prefetch: int = PREFETCH,
         allowed_exchanges: Optional[Iterable[str]] = None,
         report_every: Optional[float] = None,
         max_delay: float = MAX_DELAY,
         hold_window: float = HOLD_WINDOW,
         hold_capacity: int = HOLD_CAPACITY,
+        queue_type: str = "classic",
     ) -> None:
         self.connection = connection
-        self.exchange_check = ExchangeCheck(connection.clone())
-        self.core = RelayCore(clock=clock, prefetch=prefetch, allowed_exchanges=allowed_exchanges,
-                              exchange_check=self.exchange_check, max_delay=max_delay,
-                              hold_window=hold_window, hold_capacity=hold_capacity)
+        #: The profile the relay declares: "classic" (the contract) or "quorum" (see :func:`declare`).
+        self.queue_type = check_queue_type(queue_type)
+        self.relay = DrivenRelay(clock=clock_of(connection, clock), prefetch=prefetch, max_delay=max_delay,
+                                 allowed_exchanges=allowed_exchanges,
+                                 check_clock=clock_of(connection, default=time.monotonic),
+                                 declare_topology=partial(declare, queue_type=self.queue_type),
+                                 hold_window=hold_window, hold_capacity=hold_capacity)
         self.report_every = report_every
         self._last_report = self._last_tick = time.monotonic()
         #: Set once the relay consumes from the control queue.
-        self.ready = threading.Event()
-
-    @property
-    def counters(self) -> Counters:
-        """The relay's counters."""
-        return self.core.counters
+        self.ready = self.core.consuming
 
     def run(self, _tokens: int = 1, **kwargs: Any) -> None:
         """Consume until :meth:`stop`, reconnecting as needed (kombu's ConsumerMixin loop)."""
         try:
             super().run(_tokens, **kwargs)
         finally:
-            self.exchange_check.close()
+            self.relay.close()
 
     def consume(self, *args: Any, **kwargs: Any) -> Any:
         """kombu's consume loop, waking when a held message is due (issue 14; see relay.wakeup)."""
         return _consume_on_time(self, self.core, *args, **kwargs)
 
     def get_consumers(self, Consumer: Any, channel: Any) -> list[Any]:  # noqa: N803 - kombu's name
-        self.exchange_check.forget()  # (re)connecting: an exchange may have gone meanwhile
-        declare(channel)
-        return [self.core.consumer(channel)]
-
-    def on_consume_ready(self, connection: Any, channel: Any, consumers: Any, **kwargs: Any) -> None:
-        logger.info(I_CONSUMING, CONTROL, self.core.prefetch)
-        self.ready.set()
+        return [self.relay.attach(self.connection, channel)]
 
     def on_iteration(self) -> None:
         now = time.monotonic()
         if now - self._last_tick >= TICK:
             self._last_tick = now
-            self.core.tick()
+            self.relay.tick()
         if self.report_every is not None and time.monotonic() - self._last_report >= self.report_every:
             self._last_report = time.monotonic()
             logger.info(I_COUNTERS, self.counters.as_dict())
 
     def on_consume_end(self, connection: Any, channel: Any) -> None:
         """Wait briefly for outstanding confirms, so a clean stop duplicates nothing."""
-        deadline = time.monotonic() + STOP_GRACE
-        while self.core.outstanding and time.monotonic() < deadline:
-            try:
-                connection.drain_events(timeout=0.2)
-            except (socket.timeout, TimeoutError):
-                continue
-            except Exception:  # noqa: BLE001 - a dying connection: the broker requeues what is left
-                break
-        self.core.close()
+        self.relay.drain(connection)
         logger.info(I_COUNTERS, self.counters.as_dict())
 
     def stop(self) -> None:

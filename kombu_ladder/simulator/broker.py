@@ -19,15 +19,12 @@ from .clock import VirtualClock
 from .core import BrokerCore
 from .frames import Call
 from .profiles import DEFAULT, profile_for
-from .registry import install_scheme, register, unique_name
-from .transport import SCHEME
+from .registry import SCHEME, install_scheme, named, register, unique_name
 from .wire import client_body, copy_decoded
 
 __all__ = ["SimulatedBroker", "Arrival", "SimulatorStalled"]
 
 logger = logging.getLogger(__name__)
-
-install_scheme(SCHEME)
 
 
 class SimulatorStalled(RuntimeError):
@@ -81,6 +78,16 @@ class SimulatedBroker(BrokerCore):
         #: The relays :meth:`relay` started.
         self.relays: list[Any] = []
         register(self.name, self)
+        install_scheme(SCHEME)  # so that its URL resolves (kombu_ladder's import does the same)
+
+    @classmethod
+    def named(cls, name: str) -> "SimulatedBroker":
+        """Return the broker of this process called ``name``; the first call makes it (with defaults).
+
+        ``Connection("ladder-sim://<name>")`` calls this, so a URL alone (in a Celery
+        settings file, say) reaches the same broker as the test that asks for it by name.
+        """
+        return named(name, lambda n: cls(name=n))  # type: ignore[no-any-return]
 
     def __repr__(self) -> str:
         return f"<SimulatedBroker {self.name} at {self.clock.datetime().isoformat()}>"

@@ -234,7 +234,7 @@ class Channel(Inbound, virtual.Channel):
         if no_ack:
             self.no_ack_consumers.add(tag)
         try:
-            return self.broker.consume(self, queue, tag, no_ack=no_ack, exclusive=exclusive)
+            return self.broker.consume(self, queue, tag, no_ack=no_ack, exclusive=exclusive, arguments=arguments)
         except Exception:
             self.callbacks.pop(tag, None)
             self.no_ack_consumers.discard(tag)

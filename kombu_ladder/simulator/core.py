@@ -10,6 +10,7 @@ from typing import Any, Iterable, Optional
 from amqp import spec
 from amqp.exceptions import AccessRefused, PreconditionFailed
 
+from . import streams
 from .clock import VirtualClock
 from .deadletter import dead_letter_headers, is_cycle
 from .declarations import INTERNAL, PREDECLARED, Declarations, token
@@ -56,6 +57,8 @@ class BrokerCore(Routing, Declarations):
         classic queues. A message published with a TTL of 0 is still delivered
         when a consumer can take it at once.
         """
+        if streams.is_stream(queue):
+            return streams.dispatch(self, queue)
         now = self.clock.ms
         ready = queue.ready
         while ready and self.is_live(queue):
@@ -90,7 +93,8 @@ class BrokerCore(Routing, Declarations):
         self.stats["delivered"] += 1
         channel.post_delivery(ref.tag, tag, message)
 
-    def consume(self, channel: Any, queue_name: str, tag: str, *, no_ack: bool, exclusive: bool = False) -> str:
+    def consume(self, channel: Any, queue_name: str, tag: str, *, no_ack: bool, exclusive: bool = False,
+                arguments: Optional[dict[str, Any]] = None) -> str:
         with self.lock:
             method = spec.Basic.Consume
             queue = self._queue(queue_name, method)
@@ -101,6 +105,8 @@ class BrokerCore(Routing, Declarations):
                                     method, reply_code=403)
             tag = tag or token("amq.ctag-")
             ref = ConsumerRef(channel, tag, bool(no_ack), channel.prefetch, bool(exclusive))
+            if streams.is_stream(queue):
+                ref.offset = streams.start_offset(queue, arguments)
             queue.consumers.append(ref)
             queue.had_consumers = True
             channel.consumers[tag] = (queue, ref)
@@ -159,10 +165,10 @@ class BrokerCore(Routing, Declarations):
             alive = self.is_live(queue)
             if outcome == "ack":
                 self.stats["acked"] += 1
-            elif outcome == "requeue" and alive:
+            elif outcome == "requeue" and alive and not streams.is_stream(queue):
                 self.stats["requeued"] += 1
                 queue.requeue(message)
-            elif outcome == "reject":
+            elif outcome == "reject" and not streams.is_stream(queue):
                 self._dead_letter(queue, message, "rejected")
             if alive:
                 touched[queue.name] = queue

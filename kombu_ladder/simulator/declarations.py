@@ -9,6 +9,7 @@ from typing import Any, Optional
 from amqp import spec
 from amqp.exceptions import AccessRefused, InvalidCommand, NotFound, PreconditionFailed, ResourceLocked
 
+from . import streams
 from .entities import (
     EXCHANGE_TYPES,
     QUEUE_ARGUMENT_KEYS,
@@ -160,6 +161,8 @@ class Declarations:
             arguments = round_trip_table(arguments)
             self.profile.check_queue_declare(name, self.vhost, durable=bool(durable), exclusive=bool(exclusive),
                                              arguments=arguments)
+            streams.check_declare(name, self.vhost, durable=bool(durable), exclusive=bool(exclusive),
+                                  auto_delete=bool(auto_delete), arguments=arguments)
             existing = self.queues.get(name)
             if existing is not None:
                 self._check_owner(existing, channel, method)

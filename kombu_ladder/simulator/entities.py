@@ -111,6 +111,8 @@ class ConsumerRef:
     prefetch: int = 0  #: 0 means unlimited
     exclusive: bool = False
     unacked: int = 0
+    #: A stream consumer's next offset in its queue's log (None on a classic queue).
+    offset: Optional[int] = None
 
     def has_capacity(self) -> bool:
         """Whether the consumer (and its channel's global window) can take one more."""
@@ -137,6 +139,8 @@ class SimQueue:
     ready: "deque[Stored]" = field(default_factory=deque)
     consumers: list[ConsumerRef] = field(default_factory=list)
     had_consumers: bool = False
+    #: A stream's records (see :mod:`~kombu_ladder.simulator.streams`); empty for a classic queue.
+    log: list[Stored] = field(default_factory=list)
     _next: int = 0
 
     @property

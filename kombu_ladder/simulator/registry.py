@@ -1,24 +1,24 @@
-"""Which SimulatedBroker a ``ladder-sim://localhost/<name>`` URL means, and the URL scheme itself."""
+"""Which SimulatedBroker a ``ladder-sim://<name>`` URL means, and the URL scheme itself."""
 
 from __future__ import annotations
 
 import itertools
 import threading
 import weakref
-from typing import Any
+from typing import Any, Callable
 
-from kombu.transport import TRANSPORT_ALIASES
+from ..brokers import SIMULATOR, install_scheme
 
-__all__ = ["register", "lookup", "unique_name", "install_scheme"]
+__all__ = ["SCHEME", "register", "lookup", "named", "name_in", "unique_name", "install_scheme"]
+
+#: The URL scheme of the simulator's transport.
+SCHEME = SIMULATOR
 
 _brokers: "weakref.WeakValueDictionary[str, Any]" = weakref.WeakValueDictionary()
-_lock = threading.Lock()
+#: Brokers made by :func:`named` (a URL alone): kept for the life of the process, as a server would be.
+_kept: dict[str, Any] = {}
+_lock = threading.RLock()
 _ids = itertools.count(1)
-
-
-def install_scheme(scheme: str = "ladder-sim") -> None:
-    """Make ``scheme://`` URLs resolve to the simulator's kombu transport."""
-    TRANSPORT_ALIASES.setdefault(scheme, "kombu_ladder.simulator.transport:Transport")
 
 
 def unique_name() -> str:
@@ -26,8 +26,15 @@ def unique_name() -> str:
     return f"sim-{next(_ids)}"
 
 
+def name_in(hostname: Any, virtual_host: Any) -> str:
+    """The broker name a URL gives: ``ladder-sim://localhost/<name>`` or ``ladder-sim://<name>``."""
+    if virtual_host and virtual_host != "/":
+        return str(virtual_host)
+    return str(hostname or "localhost")
+
+
 def register(name: str, broker: Any) -> None:
-    """Make ``broker`` reachable as ``ladder-sim://localhost/<name>``.
+    """Make ``broker`` reachable as ``ladder-sim://<name>``.
 
     Raises:
         ValueError: another live broker already has that name.
@@ -40,17 +47,15 @@ def register(name: str, broker: Any) -> None:
 
 
 def lookup(name: str) -> Any:
-    """Return the broker registered as ``name``.
-
-    Raises:
-        ValueError: no live broker has that name (it was garbage-collected, or
-            the URL names no broker created in this process).
-    """
+    """Return the live broker registered as ``name``, or None."""
     with _lock:
-        broker = _brokers.get(name or "")
-    if broker is None:
-        raise ValueError(
-            f"no SimulatedBroker named {name!r} in this process: a ladder-sim:// URL only reaches a broker "
-            "created (and still referenced) in the same process; use broker.connection() or broker.url"
-        )
-    return broker
+        return _brokers.get(name or "")
+
+
+def named(name: str, make: Callable[[str], Any]) -> Any:
+    """Return the broker called ``name``, made with ``make(name)`` (and kept) if there is none."""
+    with _lock:
+        broker = _brokers.get(name)
+        if broker is None:
+            broker = _kept[name] = make(name)
+        return broker

@@ -7,6 +7,7 @@ from typing import Any, Callable, Optional
 from amqp import spec
 from amqp.exceptions import AccessRefused, ChannelError, PreconditionFailed
 
+from . import streams
 from .entities import SimExchange, SimQueue, Stored
 from .wire import decode_raw
 
@@ -122,6 +123,8 @@ class Routing:
 
     def _enqueue(self, queue: SimQueue, message: Stored) -> bool:
         """Append to ``queue`` with its expiry; False when ``x-overflow`` refuses it."""
+        if streams.is_stream(queue):
+            return streams.append(self, queue, message)
         ttls = [t for t in (queue.ttl, _expiration_ms(message.properties)) if t is not None]
         ttl = min(ttls) if ttls else None
         message.expires_at = None if ttl is None else self.clock.ms + ttl + (self.expiry_lag if ttl else 0)

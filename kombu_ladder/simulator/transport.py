@@ -14,16 +14,16 @@ from kombu.transport import virtual
 
 from .channel import Channel
 from .frames import Confirm
-from .registry import lookup
+from .registry import SCHEME, name_in
 
 __all__ = ["Transport", "Channel", "SCHEME"]
 
-#: The URL scheme of the simulator's transport.
-SCHEME = "ladder-sim"
-
 
 class Transport(virtual.Transport):
-    """kombu transport for ``ladder-sim://localhost/<broker name>`` URLs."""
+    """kombu transport for ``ladder-sim://<broker name>`` (or ``ladder-sim://localhost/<name>``) URLs.
+
+    A name no broker of this process has yet makes one (see :meth:`SimulatedBroker.named`).
+    """
 
     Channel = Channel
 
@@ -43,7 +43,9 @@ class Transport(virtual.Transport):
 
     def __init__(self, client: Any, **kwargs: Any) -> None:
         super().__init__(client, **kwargs)
-        self.broker = lookup(client.virtual_host)
+        from .broker import SimulatedBroker  # the broker module imports this one's package, not this one
+
+        self.broker = SimulatedBroker.named(name_in(client.hostname, client.virtual_host))
         #: Frames the broker has sent this connection: deliveries, confirms, returns.
         self.inbox: "deque[Any]" = deque()
         self.busy = 0
@@ -57,6 +59,11 @@ class Transport(virtual.Transport):
         #: What stands between this connection's frames and its channels, as on a py-amqp
         #: connection (see :func:`kombu_ladder.relay.link.guard_of`); None when nothing does.
         self.guard: Any = None
+
+    @property
+    def virtual_clock(self) -> Callable[[], float]:
+        """The broker's virtual clock: what a producer, scheduler or relay on this connection stamps with."""
+        return self.broker.now  # type: ignore[no-any-return]
 
     def establish_connection(self) -> "Transport":
         with self.broker.lock:

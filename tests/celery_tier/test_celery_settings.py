@@ -11,9 +11,9 @@ from celery import Celery
 from conftest import wait_for
 
 import celery_ladder
-from celery_ladder import LadderAMQP, LadderSettings
+from celery_ladder import LadderSettings
 from celery_ladder.bootstep import LadderRelay
-from celery_ladder.publish import scheduled_count
+from celery_ladder.publish import LadderAMQP, LadderTaskProducer, scheduled_count
 from kombu_ladder.contract import CONTROL, rung_names
 from kombu_ladder.plan import MAX_DELAY
 
@@ -71,22 +71,27 @@ def test_ladder_max_delay_bounds_a_publish_and_a_two_year_eta_is_accepted_by_def
     assert producer.max_delay == MAX_DELAY
 
 
-def test_settings_are_frozen() -> None:
-    with pytest.raises(AttributeError):
-        LadderSettings().enabled = False  # type: ignore[misc]
-
-
 def test_install_swaps_the_amqp_class_once_and_adds_the_relay_step() -> None:
     app = Celery("x", broker="memory://", set_as_current=False)
     vanilla = app.amqp
     assert celery_ladder.install(app) is app
     assert isinstance(app.amqp, LadderAMQP) and app.amqp is not vanilla
-    assert issubclass(app.amqp.Producer, celery_ladder.LadderTaskProducer)
+    assert issubclass(app.amqp.Producer, LadderTaskProducer)
     assert app.amqp.Producer.app is app
     celery_ladder.install(app)
     assert app.amqp_cls is LadderAMQP and LadderRelay in app.steps["consumer"]
     with pytest.raises(TypeError, match="celery.Celery"):
         celery_ladder.install(object())
+
+
+def test_install_validates_the_settings_of_a_configured_app() -> None:
+    app = Celery("x", broker="memory://", set_as_current=False)
+    app.conf.ladder_max_delay = "ten years"
+    assert app.conf.broker_url and app.configured  # reading a setting loads the configuration
+    with pytest.raises(ValueError, match=r"ladder_max_delay \(CELERY_LADDER_MAX_DELAY"):
+        celery_ladder.install(app)
+    app.conf.ladder_max_delay = 60
+    assert celery_ladder.install(app) is app
 
 
 def test_install_keeps_a_custom_amqp_class() -> None:
@@ -154,3 +159,43 @@ class TestRelayOff:
         replies = celery_app.control.broadcast("ladder", reply=True, timeout=2, limit=1,
                                                destination=[celery_worker.hostname])
         assert replies[0][celery_worker.hostname]["relay"] is False
+
+
+@pytest.mark.parametrize("given,expected", [(None, "classic"), ("classic", "classic"), ("quorum", "quorum"),
+                                            (" Quorum ", "quorum")])
+def test_ladder_queue_type_reads_classic_or_quorum(given: Any, expected: str) -> None:
+    assert LadderSettings.from_conf({"ladder_queue_type": given}).queue_type == expected
+    app = celery_ladder.install(Celery("x", broker="memory://", set_as_current=False))
+    app.conf.ladder_queue_type = given
+    assert app.amqp.Producer(app.connection_for_write().default_channel).queue_type == expected
+
+
+@pytest.mark.parametrize("bad", ["mirrored", "stream", 1, True])
+def test_a_bad_ladder_queue_type_names_the_setting(bad: Any) -> None:
+    with pytest.raises(ValueError, match=r"ladder_queue_type \(CELERY_LADDER_QUEUE_TYPE in Django settings\) "
+                                         r"must be \"classic\" .* or \"quorum\""):
+        LadderSettings.from_conf({"ladder_queue_type": bad})
+
+
+def test_the_relay_bootstep_declares_the_configured_profile(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kombu_ladder.errors import TopologyConflict
+
+    app = celery_ladder.install(Celery("x", broker="memory://", set_as_current=False))
+    app.conf.ladder_queue_type = "quorum"
+    declared: list[str] = []
+
+    def declare(channel: Any, queue_type: str = "classic") -> list[str]:
+        declared.append(queue_type)
+        raise TopologyConflict("acemq.schedule.1h", {}, "inequivalent arg 'x-overflow'", queue_type=queue_type)
+
+    monkeypatch.setattr("celery_ladder.bootstep.declare", declare)
+
+    class Consumer:
+        pass
+
+    c = Consumer()
+    c.app = app  # type: ignore[attr-defined]
+    c.connection = app.connection_for_write()  # type: ignore[attr-defined]
+    step = LadderRelay(c)
+    step.start(c)
+    assert declared == ["quorum"] and c.ladder_relay is None  # type: ignore[attr-defined]

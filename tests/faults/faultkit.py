@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from kombu import Connection, Consumer, Queue
+from rabbit_helpers import drain
 
 from kombu_ladder import Scheduler
 from kombu_ladder.contract import CONTROL, rung_names
 
 __all__ = ["Collector", "Restartable", "WorkerProcess", "publish_numbered", "random_delays", "ladder_depth",
-           "queue_messages", "run_figures", "wait_until"]
+           "queue_messages", "run_figures", "take_figures", "wait_until"]
 
 
 class Collector:
@@ -204,6 +205,11 @@ def run_figures(runs: collections.Counter[int], sent: int) -> dict[str, int]:
     """Sent, delivered (distinct task runs), duplicated (extra runs) and lost, from run counts."""
     lost = sum(1 for n in range(sent) if n not in runs)
     return {"sent": sent, "delivered": len(runs), "duplicated": sum(runs.values()) - len(runs), "lost": lost}
+
+
+def take_figures(connection: Connection, queue: str, sent: int) -> dict[str, int]:
+    """Take every message of ``queue`` (JSON bodies ``{"n": N}``) and count them as :func:`run_figures` does."""
+    return run_figures(collections.Counter(json.loads(m.body)["n"] for m in drain(connection, queue)), sent)
 
 
 def queue_messages(node_ctl: Callable[..., str], vhost: str, queue: str) -> int:

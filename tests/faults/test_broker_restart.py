@@ -42,9 +42,8 @@ def test_standalone_relay_reconnects_after_broker_restart(
             private_node.restart()
         down_s = time.monotonic() - down
 
-        def settled() -> bool:
-            return (collector.unique == SENT and ladder_depth(private_node.ctl, fault_vhost) == 0
-                    and time.monotonic() - collector.last_at > 1.5)
+        def settled() -> bool:  # quiet, whatever the outcome: the ladder empty and nothing arriving
+            return ladder_depth(private_node.ctl, fault_vhost) == 0 and time.monotonic() - collector.last_at > 1.5
 
         wait_until(settled, 120, "every message delivered after the broker came back",
                    lambda: f"{collector.figures(SENT)}\n{relay_process.log()[-3000:]}")

@@ -49,9 +49,8 @@ def test_relay_killed_twice_loses_nothing(private_node: PrivateNode, fault_vhost
         publisher.join(120)
         published_in = time.monotonic() - started
 
-        def settled() -> bool:
-            return (collector.unique == SENT and ladder_depth(private_node.ctl, fault_vhost) == 0
-                    and time.monotonic() - collector.last_at > 1.5)
+        def settled() -> bool:  # quiet, whatever the outcome: the ladder empty and nothing arriving
+            return ladder_depth(private_node.ctl, fault_vhost) == 0 and time.monotonic() - collector.last_at > 1.5
 
         wait_until(settled, 120, "every message delivered and the ladder empty",
                    lambda: f"{collector.figures(SENT)}\n{relay_process.log()[-3000:]}")

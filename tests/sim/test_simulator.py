@@ -7,9 +7,10 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from kombu import Consumer, Exchange, Producer, Queue
+from kombu import Connection, Consumer, Exchange, Producer, Queue
 
-from kombu_ladder import LadderProducer, Scheduler, TopologyConflict, declare, hops_for, rung_name
+from kombu_ladder import LadderProducer, Scheduler, TopologyConflict, declare, hops_for
+from kombu_ladder.contract import rung_name
 from kombu_ladder.simulator import SimulatedBroker
 from kombu_ladder.timing import HOLD_WINDOW
 from kombu_ladder.timing import forecast as timing_forecast
@@ -49,7 +50,7 @@ def test_a_long_delay_takes_exactly_the_forecast_hops_in_milliseconds(delay: int
     assert arrival.message.payload == {"delay": delay}
     assert _rung_arrivals(broker) == Counter(forecast)
     assert relay.counters.as_dict() == {"received": len(forecast), "delivered": 1, "hops": len(forecast) - 1,
-                                        "malformed": 0, "parked": 0, "refused": 0}
+                                        "malformed": 0, "parked": 0, "refused": 0, "cancelled": 0}
     assert elapsed < 10, f"{delay}s of virtual time took {elapsed:.2f}s of real time"
 
 
@@ -173,3 +174,44 @@ def test_two_brokers_in_one_process_are_independent() -> None:
         assert b.default_channel.queue_declare(queue="", exclusive=True).queue.startswith("amq.gen-")
     first.advance(10)
     assert second.now() < 1 and first.now() > 1_000_000_000
+
+
+def test_a_scheduler_on_a_simulator_connection_takes_the_virtual_clock_unasked() -> None:
+    broker = SimulatedBroker(start=1_800_000_000)  # years from the wall clock: a wall-clock stamp would show
+    with broker.connection() as conn:
+        Queue("t.clock", durable=True)(conn.default_channel).declare()
+        with Scheduler.on(conn) as scheduler:
+            assert scheduler.clock() == broker.now()
+            scheduler.in_(90, b"soon", routing_key="t.clock")
+            broker.advance(89)
+            assert broker.arrivals("t.clock") == []
+            broker.advance(2)
+            wait = time.monotonic() + 10
+            while not broker.arrivals("t.clock") and time.monotonic() < wait:
+                broker.settle()
+    assert [(round(a.at - 1_800_000_000), a.message.body) for a in broker.arrivals("t.clock")] == [(90, b"soon")]
+
+
+def test_a_producer_and_a_relay_on_a_simulator_connection_take_its_clock_unless_given_one() -> None:
+    from kombu_ladder.relay import Relay
+
+    broker = SimulatedBroker(start=1_800_000_000)
+    with broker.connection() as conn:
+        assert LadderProducer(conn.default_channel).clock() == broker.now()
+        assert LadderProducer(conn.default_channel, clock=lambda: 5.0).clock() == 5.0
+        assert Relay(conn).core.clock() == broker.now()
+    with Connection("amqp://guest:guest@127.0.0.1:1//") as amqp:
+        assert Relay(amqp).core.clock is time.time  # no I/O: the transport is only looked at
+
+
+def test_a_simulator_url_alone_reaches_one_broker_made_on_first_use() -> None:
+    from kombu_ladder.simulator.registry import unique_name
+
+    name = unique_name() + "-by-url"
+    with Connection(f"ladder-sim://{name}") as first:
+        Queue("t.url")(first.default_channel).declare()
+        broker = SimulatedBroker.named(name)
+        assert first.transport.broker is broker and "t.url" in broker.queue_names()
+    with Connection(f"ladder-sim://localhost/{name}") as again:
+        assert again.default_channel.queue_declare(queue="t.url", passive=True).queue == "t.url"
+    assert SimulatedBroker.named(name) is broker

@@ -69,4 +69,4 @@ def test_default_allows_every_exchange() -> None:
 def test_bootstep_relay_uses_the_setting(setting: Any, exchange: str, expected: bool) -> None:
     consumer = SimpleNamespace(app=SimpleNamespace(conf={"ladder_allowed_exchanges": setting}))
     step = LadderRelay(consumer)
-    assert step.core.allow(exchange) is expected
+    assert step.relay.core.allow(exchange) is expected

@@ -1,0 +1,66 @@
+"""Streams in the simulator: an append-only log that every consumer reads from its own offset."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from amqp import spec
+from amqp.exceptions import PreconditionFailed
+
+from .entities import ConsumerRef, SimQueue, Stored
+
+__all__ = ["is_stream", "check_declare", "start_offset", "append", "dispatch"]
+
+#: What this model leaves out: retention (``x-max-age``, ``x-max-length-bytes``) keeps every
+#: record; offsets given as a timestamp are not read; ``basic.get`` is not refused.
+
+
+def is_stream(queue: SimQueue) -> bool:
+    """Whether ``queue`` was declared with ``x-queue-type=stream``."""
+    return queue.arguments.get("x-queue-type") == "stream"
+
+
+def check_declare(name: str, vhost: str, *, durable: bool, exclusive: bool, auto_delete: bool,
+                  arguments: dict[str, Any]) -> None:
+    """Refuse a stream declaration RabbitMQ refuses: it must be durable, neither exclusive nor auto-delete."""
+    if arguments.get("x-queue-type") != "stream":
+        return
+    for flag, value, wanted in (("durable", durable, True), ("exclusive", exclusive, False),
+                                ("auto-delete", auto_delete, False)):
+        if bool(value) is not wanted:
+            raise PreconditionFailed(f"PRECONDITION_FAILED - invalid property '{flag}' for queue '{name}' in "
+                                     f"vhost '{vhost}'", spec.Queue.Declare, reply_code=406)
+
+
+def start_offset(queue: SimQueue, arguments: Optional[dict[str, Any]]) -> int:
+    """Where a new consumer of the stream ``queue`` starts (``x-stream-offset``; default ``next``)."""
+    offset = (arguments or {}).get("x-stream-offset", "next")
+    if offset == "first":
+        return 0
+    if isinstance(offset, int) and not isinstance(offset, bool) and offset >= 0:
+        return min(offset, len(queue.log))
+    return len(queue.log)  # "next", "last" (approximately) and what is not modelled
+
+
+def append(core: Any, queue: SimQueue, message: Stored) -> bool:
+    """Append ``message`` to the stream's log (it never expires) and hand it to the consumers."""
+    message.expires_at = None
+    queue.log.append(message)
+    if core.record:
+        core._arrivals[queue.name].append((core.clock.ms, message))
+    dispatch(core, queue)
+    return True
+
+
+def dispatch(core: Any, queue: SimQueue) -> None:
+    """Give each consumer the records past its offset, as far as its prefetch allows."""
+    for ref in list(queue.consumers):
+        _feed(core, queue, ref)
+
+
+def _feed(core: Any, queue: SimQueue, ref: ConsumerRef) -> None:
+    log = queue.log
+    while ref.offset is not None and ref.offset < len(log) and ref.has_capacity() and core.is_live(queue):
+        message = log[ref.offset]
+        ref.offset += 1
+        core._deliver(queue, ref, message)

@@ -1,0 +1,175 @@
+"""One cluster scenario: declare, start relays on two nodes, publish from two nodes, break a node, count."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from faults.faultkit import Collector, random_delays, wait_until
+from kombu import Connection, Queue
+
+from kombu_ladder import Scheduler, declare
+from kombu_ladder.contract import CONTROL, rung_names
+
+from .clusterkit import Cluster, RelayProcess
+
+__all__ = ["TimedCollector", "Scenario", "ladder_depth"]
+
+TARGET = "cluster.target"
+
+#: Seconds without a delivery, messages missing, before a quorum scenario looks for a stalled rung.
+STALL = 20.0
+
+_DISCARDED = re.compile(r"num_discarded => (\d+)")
+
+
+class TimedCollector(Collector):
+    """A :class:`Collector` that also keeps when each delivery arrived."""
+
+    def __init__(self, url: str, queue: str) -> None:
+        super().__init__(url, queue)
+        self.times: list[float] = []
+
+    def _on_message(self, body: Any, message: Any) -> None:
+        self.times.append(time.monotonic())
+        super()._on_message(body, message)
+
+    def longest_gap_after(self, since: float) -> float:
+        """The longest pause between deliveries from ``since`` on (the first one counts from ``since``)."""
+        stamps = [since, *[t for t in self.times if t >= since]]
+        return max((b - a for a, b in zip(stamps, stamps[1:])), default=0.0)
+
+
+def ladder_depth(cluster: Cluster, vhost: str) -> int:
+    """Messages (ready and unacked) in the rungs and the control queue, as the cluster reports them."""
+    out = cluster.any_ctl("list_queues", "-p", vhost, "name", "messages", "--no-table-headers")
+    names = set(rung_names()) | {CONTROL}
+    return sum(int(parts[1]) for parts in (line.split() for line in out.splitlines())
+               if len(parts) == 2 and parts[0] in names and parts[1].isdigit())
+
+
+def _ra_name(vhost: str, queue: str) -> str:
+    return f"'{vhost}_{queue}'"  # a quorum queue's Ra server name (plain vhost names only)
+
+
+def stalled_rungs(cluster: Cluster, vhost: str) -> dict[str, int]:
+    """Quorum rungs that hold dead-lettered messages not yet forwarded, as their leaders report."""
+    held = {}
+    for queue in rung_names():
+        leader = cluster.home_of(vhost, queue)
+        if not leader:
+            continue
+        node = cluster.node_named(leader)
+        if not node.reachable():
+            continue
+        out = node.ctl("eval", f"ra:local_query({{{_ra_name(vhost, queue)}, node()}}, "
+                               f"fun rabbit_fifo:overview/1).", check=False)
+        found = _DISCARDED.search(" ".join(out.split()))
+        if found and int(found.group(1)) > 0:
+            held[queue] = int(found.group(1))
+    return held
+
+
+def transfer_leadership(cluster: Cluster, vhost: str, queue: str) -> None:
+    """Move a quorum queue's leadership to another live node (a new leader starts a new dead-letter worker)."""
+    leader = cluster.home_of(vhost, queue)
+    target = next(n for n in cluster.nodes if n.name != leader and n.reachable())
+    name = _ra_name(vhost, queue)
+    cluster.node_named(str(leader)).ctl(
+        "eval", f"ra:transfer_leadership({{{name}, '{leader}'}}, {{{name}, '{target.name}'}}).", check=False)
+
+
+class Scenario:
+    """Ladder declared through node 1 (so its rungs live there, or are led from there), target queue on
+    node 2, relays with failover URLs starting on nodes 2 and 3, producers on nodes 2 and 3."""
+
+    def __init__(self, cluster: Cluster, vhost: str, logdir: Path, queue_type: str) -> None:
+        self.cluster = cluster
+        self.vhost = vhost
+        self.queue_type = queue_type
+        with Connection(cluster.nodes[0].url(vhost)) as conn:
+            declare(conn, queue_type=queue_type)
+        with Connection(cluster.nodes[1].url(vhost)) as conn:
+            Queue(TARGET, durable=True)(conn.default_channel).declare()
+        self.relays = [RelayProcess(cluster.failover_url(vhost, i), logdir, f"n{i + 1}", "--queue-type", queue_type)
+                       for i in (1, 2)]
+        self.collector = TimedCollector(cluster.nodes[1].url(vhost), TARGET)
+        #: Rungs whose stalled dead-letter worker :meth:`wait_all` restarted by moving their leader.
+        self.unstuck: list[str] = []
+
+    def __enter__(self) -> "Scenario":
+        for relay in self.relays:
+            relay.start()
+        self.collector.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.collector.__exit__()
+        for relay in self.relays:
+            relay.stop()
+
+    def publish(self, count: int, low: float, high: float, seed: int) -> float:
+        """Schedule ``count`` numbered messages, half through node 2, half through node 3; return seconds taken."""
+        delays = random_delays(low, high, seed)
+        started = time.monotonic()
+        half = count // 2
+        for node, numbers in ((self.cluster.nodes[1], range(half)), (self.cluster.nodes[2], range(half, count))):
+            with Connection(node.url(self.vhost)) as conn:
+                with Scheduler.on(conn, relay=False, serializer="json", queue_type=self.queue_type) as scheduler:
+                    for n in numbers:
+                        scheduler.in_(delays(n), {"n": n}, routing_key=TARGET, message_id=str(n))
+        return time.monotonic() - started
+
+    def wait_all(self, sent: int, timeout: float) -> dict[str, int]:
+        """Wait until every message arrived and the ladder is empty; return the collector's figures.
+
+        On the quorum profile, deliveries that stop for :data:`STALL` seconds with messages missing
+        are checked for RabbitMQ 3.10's stalled at-least-once dead-letter worker (rabbitmq-server
+        PR #7677): a rung holding dead-lettered messages it no longer forwards gets its leadership
+        moved to another node, the operator's remedy, and the rung is recorded in :attr:`unstuck`.
+        """
+        quiet_since = [time.monotonic()]
+
+        def settled() -> bool:
+            now = time.monotonic()
+            if (self.queue_type == "quorum" and self.collector.unique < sent
+                    and now - max(self.collector.last_at, quiet_since[0]) > STALL):
+                quiet_since[0] = now
+                for queue, backlog in stalled_rungs(self.cluster, self.vhost).items():
+                    self.unstuck.append(f"{queue} ({backlog} dead-lettered, held)")
+                    transfer_leadership(self.cluster, self.vhost, queue)
+            return (self.collector.unique == sent and now - self.collector.last_at > 2.0
+                    and ladder_depth(self.cluster, self.vhost) == 0)
+
+        wait_until(settled, timeout, f"all {sent} messages delivered", self.diagnose)
+        return self.collector.figures(sent)
+
+    def diagnose(self) -> str:
+        logs = "\n".join(relay.log()[-2000:] for relay in self.relays)
+        queues = self.cluster.any_ctl("list_queues", "-p", self.vhost, "name", "type", "leader", "messages_ready",
+                                      "messages_unacknowledged", "consumers", "--no-table-headers")
+        return (f"delivered {self.collector.unique} distinct, {self.collector.total} in all\n"
+                f"queues:\n{queues}\nrelays alive: {self.relays_alive()}\n{logs}")
+
+    def relays_alive(self) -> list[bool]:
+        return [relay.alive() for relay in self.relays]
+
+
+def try_schedule(url: str, queue_type: str, timeout: float = 15.0) -> Optional[str]:
+    """Schedule one message through ``url``; return None if it worked, else what the producer saw."""
+    try:
+        with Connection(url, connect_timeout=5) as conn:
+            conn.ensure_connection(max_retries=1)
+            with Scheduler.on(conn, relay=False, serializer="json", queue_type=queue_type) as scheduler:
+                scheduler.in_(60, {"n": -1}, routing_key="cluster.probe")
+        return None
+    except Exception as exc:  # noqa: BLE001 - what a user's producer would see, reported as text
+        return f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+
+
+def timed(action: Callable[[], None]) -> float:
+    started = time.monotonic()
+    action()
+    return time.monotonic() - started

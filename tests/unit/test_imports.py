@@ -1,0 +1,97 @@
+"""The library's import graph: no cycle between modules, counting imports deferred into functions."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("kombu_ladder", "celery_ladder")
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def _runtime_imports(tree: ast.AST) -> list[ast.AST]:
+    """Every import statement, in functions too, but not under ``if TYPE_CHECKING:``."""
+    out: list[ast.AST] = []
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            out.extend(_runtime_imports(ast.Module(body=node.orelse, type_ignores=[])))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            out.append(node)
+        else:
+            out.extend(_runtime_imports(node))
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the library modules it imports (``from . import x`` counts as importing module x)."""
+    modules = _modules()
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        for node in _runtime_imports(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = ".".join(package[:len(package) - node.level + 1] + ([node.module] if node.module else [])) \
+                    if node.level else (node.module or "")
+                targets = [t for t in (f"{base}.{a.name}" for a in node.names) if t in modules] or [base]
+            else:
+                targets = [a.name for a in node.names]
+            graph[name].update(t for t in targets if t in modules and t != name)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_library_has_no_import_cycle_counting_deferred_imports() -> None:
+    graph = import_graph()
+    assert "kombu_ladder.relay.driven" in graph["kombu_ladder.relay.runner"]  # the graph sees imports at all
+    assert "celery_ladder.bootstep" in graph["celery_ladder"]  # ... and deferred ones
+    assert cycles(graph) == []
+
+
+def test_a_cycle_is_found() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_kombu_ladder_never_imports_celery_ladder() -> None:
+    graph = import_graph()
+    assert not [(m, t) for m, targets in graph.items() if m.startswith("kombu_ladder")
+                for t in targets if t.startswith("celery_ladder")]
