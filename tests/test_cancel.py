@@ -51,6 +51,20 @@ def test_a_cancelled_message_is_dropped_at_its_first_hop(ladder_backend: Any) ->
         assert depth(conn, "t.hop") == 0 and depth(conn, "acemq.schedule.1s") == 0
 
 
+def test_a_message_cancelled_while_the_relay_holds_it_is_dropped_at_its_due_time(ladder_backend: Any) -> None:
+    with ladder_backend.connection() as conn, Scheduler.on(conn, clock=ladder_backend.clock) as sched:
+        declare_target(conn, "t.held")
+        doomed = sched.in_(4.0, b"doomed", routing_key="t.held")  # 1 s rung, then held for its last 3 s
+        kept = sched.in_(4.0, b"kept", routing_key="t.held")
+        ladder_backend.wait_until(lambda: len(_relay_of(sched).held) == 2, 20, "both held by the relay")
+        sched.cancel(doomed)
+        ladder_backend.wait_until(lambda: sched.cancelled == 1 and sched.delivered == 1, 20,
+                                  "the held one dropped at its due time, its sibling delivered")
+        (_, _, message), = Arrivals(ladder_backend, conn, "t.held").wait(1, 20)
+        assert message.properties["message_id"] == kept
+        assert depth(conn, "acemq.schedule.due") == 0
+
+
 def test_a_relay_started_after_the_cancel_enforces_it(ladder_backend: Any) -> None:
     with ladder_backend.connection() as conn:
         declare_target(conn, "t.later")
