@@ -15,7 +15,7 @@ import click
 from celery.bin.base import CeleryCommand, CeleryOption, handle_preload_options
 from kombu import Connection
 
-from kombu_ladder import checks, commands, oversight
+from kombu_ladder import checks, cli_options, commands, oversight
 
 from . import control  # noqa: F401 - the CLI process must know ``inspect ladder``
 from .control import COUNTER_NAMES
@@ -71,9 +71,9 @@ def ladder() -> None:
 
 
 @ladder.command(cls=CeleryCommand)
-@commands.parked_option(cls=CeleryOption, help_group="Status Options")
-@commands.due_option(cls=CeleryOption, help_group="Status Options")
-@commands.json_option(cls=CeleryOption, help_group="Status Options")
+@cli_options.parked_option(cls=CeleryOption, help_group="Status Options")
+@cli_options.due_option(cls=CeleryOption, help_group="Status Options")
+@cli_options.json_option(cls=CeleryOption, help_group="Status Options")
 @click.option("--timeout", cls=CeleryOption, type=click.FloatRange(min=0), default=1.0, show_default=True,
               help_group="Status Options", help="Seconds to wait for the workers' replies.")
 @click.pass_context
@@ -94,7 +94,7 @@ def status(ctx: click.Context, parked: int, due: bool, as_json: bool, timeout: f
 @checks.min_relays_option(cls=CeleryOption, help_group="Check Options")
 @checks.max_backlog_option(cls=CeleryOption, help_group="Check Options")
 @checks.max_parked_option(cls=CeleryOption, help_group="Check Options")
-@commands.json_option(cls=CeleryOption, help_group="Check Options")
+@cli_options.json_option(cls=CeleryOption, help_group="Check Options")
 @click.pass_context
 @handle_preload_options
 def check(ctx: click.Context, min_relays: int, max_backlog: int, max_parked: Optional[int], as_json: bool,
@@ -113,7 +113,7 @@ def check(ctx: click.Context, min_relays: int, max_backlog: int, max_parked: Opt
 @ladder.command(cls=CeleryCommand)
 @click.argument("task_id")
 @checks.find_limit_option(cls=CeleryOption, help_group="Show Options")
-@commands.json_option(cls=CeleryOption, help_group="Show Options")
+@cli_options.json_option(cls=CeleryOption, help_group="Show Options")
 @click.pass_context
 @handle_preload_options
 def show(ctx: click.Context, task_id: str, limit: int, as_json: bool, **kwargs: Any) -> None:
@@ -152,12 +152,12 @@ def declare(ctx: click.Context, **kwargs: Any) -> None:
 
 
 @ladder.command(cls=CeleryCommand)
-@commands.prefetch_option(cls=CeleryOption, help_group="Relay Options")
-@commands.report_every_option(cls=CeleryOption, help_group="Relay Options")
-@commands.metrics_port_option(cls=CeleryOption, help_group="Relay Options")
-@commands.metrics_address_option(cls=CeleryOption, help_group="Relay Options")
-@commands.metrics_interval_option(cls=CeleryOption, help_group="Relay Options")
-@commands.queue_type_option(cls=CeleryOption, help_group="Relay Options")
+@cli_options.prefetch_option(cls=CeleryOption, help_group="Relay Options")
+@cli_options.report_every_option(cls=CeleryOption, help_group="Relay Options")
+@cli_options.metrics_port_option(cls=CeleryOption, help_group="Relay Options")
+@cli_options.metrics_address_option(cls=CeleryOption, help_group="Relay Options")
+@cli_options.metrics_interval_option(cls=CeleryOption, help_group="Relay Options")
+@cli_options.queue_type_option(cls=CeleryOption, help_group="Relay Options")
 @click.pass_context
 @handle_preload_options
 def relay(ctx: click.Context, prefetch: int, report_every: Optional[float], metrics_port: Optional[int],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .commands import shared_option as _option
+from .cli_options import shared_option as _option
 from .health import DEFAULT_MAX_BACKLOG
 from .peek import DEFAULT_LIMIT
 

@@ -8,7 +8,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 import click
 from kombu import Connection
 
-from . import checks, commands, oversight
+from . import checks, cli_options, commands, oversight
 from .brokers import DEFAULT_BROKER
 from .compat import is_no_args_help
 
@@ -87,9 +87,9 @@ def declare() -> None:
 
 
 @cli.command()
-@commands.parked_option()
-@commands.due_option()
-@commands.json_option()
+@cli_options.parked_option()
+@cli_options.due_option()
+@cli_options.json_option()
 @_common_options(top=False)
 def status(parked: int, due: bool, as_json: bool) -> None:
     """Show each rung's depth and consumers, the control and parking queues, and why messages are parked."""
@@ -101,7 +101,7 @@ def status(parked: int, due: bool, as_json: bool) -> None:
 @checks.min_relays_option()
 @checks.max_backlog_option()
 @checks.max_parked_option()
-@commands.json_option()
+@cli_options.json_option()
 @_common_options(top=False)
 def check(min_relays: int, max_backlog: int, max_parked: Optional[int], as_json: bool) -> None:
     """Exit 0 if the ladder is healthy, else 1 with one line saying why (for probes and deploy scripts).
@@ -133,7 +133,7 @@ def cancel(ids: tuple[str, ...]) -> None:
 @click.argument("ident", metavar="ID")
 @checks.find_limit_option()
 @checks.every_option()
-@commands.json_option()
+@cli_options.json_option()
 @_common_options(top=False)
 def find(ident: str, limit: int, every: bool, as_json: bool) -> None:
     """Find a waiting message by message id or Celery task id: its rung, due time and target.
@@ -146,8 +146,8 @@ def find(ident: str, limit: int, every: bool, as_json: bool) -> None:
 
 
 @cli.command()
-@commands.limit_option()
-@commands.match_option()
+@cli_options.limit_option()
+@cli_options.match_option()
 @_common_options(top=False)
 def replay(limit: Optional[int], match: Optional[str]) -> None:
     """Send parked messages back through the relay, once their route is fixed.
@@ -160,7 +160,7 @@ def replay(limit: Optional[int], match: Optional[str]) -> None:
 
 @cli.command()
 @click.option("--to", required=True, metavar="URL", help="The broker to fill (--broker is the one emptied).")
-@commands.limit_option()
+@cli_options.limit_option()
 @click.option("--keep-parked", is_flag=True, help="Leave acemq.schedule.parked where it is.")
 @_common_options(top=False)
 def move(to: str, limit: Optional[int], keep_parked: bool) -> None:
@@ -170,14 +170,14 @@ def move(to: str, limit: Optional[int], keep_parked: bool) -> None:
 
 
 @cli.command()
-@commands.prefetch_option()
-@commands.hold_window_option()
-@commands.report_every_option()
-@commands.allow_exchange_option()
-@commands.metrics_port_option()
-@commands.metrics_address_option()
-@commands.metrics_interval_option()
-@commands.queue_type_option()
+@cli_options.prefetch_option()
+@cli_options.hold_window_option()
+@cli_options.report_every_option()
+@cli_options.allow_exchange_option()
+@cli_options.metrics_port_option()
+@cli_options.metrics_address_option()
+@cli_options.metrics_interval_option()
+@cli_options.queue_type_option()
 @_common_options(top=False)
 def relay(prefetch: int, hold_window: float, report_every: float, allowed_exchanges: Sequence[str],
           metrics_port: Optional[int], metrics_address: str, metrics_interval: float,
@@ -193,7 +193,7 @@ def relay(prefetch: int, hold_window: float, report_every: float, allowed_exchan
         commands.metrics_server()  # prometheus-client missing: say so before connecting
     with _broker() as connection:
         commands.relay(connection, prefetch=prefetch, report_every=report_every,
-                       allowed_exchanges=commands.allowed_or_none(allowed_exchanges), metrics_port=metrics_port,
+                       allowed_exchanges=cli_options.allowed_or_none(allowed_exchanges), metrics_port=metrics_port,
                        metrics_address=metrics_address, metrics_interval=metrics_interval,
                        hold_window=hold_window, queue_type=queue_type or "classic")
 
