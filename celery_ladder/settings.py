@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from kombu_ladder.plan import MAX_DELAY, check_max_delay
 from kombu_ladder.timing import HOLD_WINDOW, check_hold_window
@@ -133,16 +133,7 @@ def as_max_delay(value: Any) -> float:
         ValueError: not a positive finite number of seconds, naming the setting.
         TypeError: not a number, string or timedelta, naming the setting.
     """
-    if value is None:
-        return float(MAX_DELAY)
-    name, django = MAX_DELAY_SETTING
-    if isinstance(value, str):
-        try:
-            value = float(value.strip())
-        except ValueError:
-            raise ValueError(f"setting {name} ({django} in Django settings) must be a number of seconds, "
-                             f"not {value!r}") from None
-    return check_max_delay(value, argument=f"setting {name} ({django} in Django settings)")
+    return float(MAX_DELAY) if value is None else _seconds(value, MAX_DELAY_SETTING, check_max_delay)
 
 
 def as_hold_window(value: Any) -> float:
@@ -152,16 +143,19 @@ def as_hold_window(value: Any) -> float:
         ValueError: out of range, or a string that is not a number, naming the setting.
         TypeError: not a number, naming the setting.
     """
-    if value is None:
-        return HOLD_WINDOW
-    name, django = HOLD_WINDOW_SETTING
+    return HOLD_WINDOW if value is None else _seconds(value, HOLD_WINDOW_SETTING, check_hold_window)
+
+
+def _seconds(value: Any, setting: tuple[str, str], check: Callable[..., float]) -> float:
+    """A number of seconds (a numeric string too), checked by ``check`` with the setting named."""
+    name, django = setting
     if isinstance(value, str):
         try:
             value = float(value.strip())
         except ValueError:
             raise ValueError(f"setting {name} ({django} in Django settings) must be a number of seconds, "
                              f"not {value!r}") from None
-    return check_hold_window(value, argument=f"setting {name} ({django} in Django settings)")
+    return check(value, argument=f"setting {name} ({django} in Django settings)")
 
 
 def read_max_delay(conf: Mapping[str, Any]) -> float:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Iterator
 import pytest
 from backends import Arrivals, RabbitBackend, declare_target, depth
 from conftest import wait_for
+from faults.faultkit import Restartable
 from kombu import Connection
 
 from kombu_ladder import Scheduler, declare
@@ -21,36 +21,25 @@ pytestmark = pytest.mark.broker
 ROOT = Path(__file__).resolve().parents[1]
 
 
-class RelayProcess:
+class RelayProcess(Restartable):
     """``python -m kombu_ladder relay`` as a subprocess, one log per start."""
 
     def __init__(self, url: str, logdir: Path) -> None:
-        self.url, self.logdir, self.starts = url, logdir, 0
-        self.proc: "subprocess.Popen[bytes] | None" = None
+        super().__init__()
+        self.url, self.logdir = url, logdir
+
+    def log_path(self, start: int) -> Path:
+        return self.logdir / f"relay-{start}.log"
 
     def start(self) -> None:
         self.starts += 1
-        with open(self.logdir / f"relay-{self.starts}.log", "wb") as log:
+        with open(self.log_path(self.starts), "wb") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "kombu_ladder", "--log-level", "INFO", "--broker", self.url, "relay"],
                 stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
 
-    def log(self, start: int) -> str:
-        return (self.logdir / f"relay-{start}.log").read_text(errors="replace")
-
-    def kill9(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
+    def log_of(self, start: int) -> str:
+        return self.log_path(start).read_text(errors="replace")
 
 
 @pytest.fixture
@@ -82,9 +71,9 @@ def test_a_cancel_outlives_a_relay_killed_with_sigkill(broker_url: str, relay: R
         arrivals = Arrivals(backend, conn, "t.restart")
         (_, _, message), = arrivals.wait(1, 30)
         assert message.properties["message_id"] == kept
-        wait_for(lambda: f"dropped cancelled message '{doomed}'" in relay.log(2), 30,
+        wait_for(lambda: f"dropped cancelled message '{doomed}'" in relay.log_of(2), 30,
                  message="the second relay dropping the cancelled message")
         wait_for(lambda: all(depth(conn, q) == 0 for q in (CONTROL, *rung_names())), 10, message="an empty ladder")
         assert arrivals.poll() == 1
-        second = relay.log(2)  # it read the cancellations before it took anything from the control queue
+        second = relay.log_of(2)  # it read the cancellations before it took anything from the control queue
         assert 0 <= second.index(" live cancellation(s) from ladder.cancellations") < second.index("relay consuming")
