@@ -6,10 +6,13 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
-__all__ = ["LADDER_NAMES", "Permissions", "producer", "relay", "operator", "union"]
+__all__ = ["LADDER_NAMES", "CANCELLATIONS", "Permissions", "producer", "relay", "operator", "canceller", "union"]
 
 #: Every name the ladder declares: the exchange, the five rungs, the control and parking queues.
 LADDER_NAMES = r"acemq\.schedule(\..+)?"
+
+#: The cancellation stream (an extension of this library, see kombu_ladder.cancels).
+CANCELLATIONS = r"ladder\.cancellations"
 
 #: RabbitMQ's name for the default exchange ("" in AMQP), as permissions see it.
 _DEFAULT_EXCHANGE = r"amq\.default"
@@ -50,11 +53,14 @@ def producer(targets: Iterable[str]) -> Permissions:
     write on its dead-letter exchange to declare it with one), binds the rungs
     (write on them, read on the exchange), publishes into ``acemq.schedule``,
     and publishes straight to its ``targets`` when a delay is under a second.
+    It may declare ``ladder.cancellations``; to record cancellations too
+    (``Scheduler.cancel``, a Celery revoke) add :func:`canceller`.
 
     Arguments:
         targets: the exchanges it schedules for; ``""`` is the default exchange.
     """
-    return Permissions(_anchor(LADDER_NAMES), _anchor(LADDER_NAMES, *_exchanges(targets)), _anchor(LADDER_NAMES))
+    return Permissions(_anchor(LADDER_NAMES, CANCELLATIONS), _anchor(LADDER_NAMES, *_exchanges(targets)),
+                       _anchor(LADDER_NAMES))
 
 
 def relay(targets: Iterable[str]) -> Permissions:
@@ -64,15 +70,23 @@ def relay(targets: Iterable[str]) -> Permissions:
     parks through the default exchange (so it needs ``amq.default``; keep ``""``
     out of the allow-list unless deliveries to queues by name are wanted) and
     delivers to ``targets``. Give the same names to ``--allow-exchange`` /
-    ``ladder_allowed_exchanges``.
+    ``ladder_allowed_exchanges``. It reads ``ladder.cancellations`` from its
+    start (configure and read; its marker goes through ``amq.default``).
     """
-    return Permissions(_anchor(LADDER_NAMES), _anchor(LADDER_NAMES, _DEFAULT_EXCHANGE, *_exchanges(targets)),
-                       _anchor(LADDER_NAMES))
+    return Permissions(_anchor(LADDER_NAMES, CANCELLATIONS),
+                       _anchor(LADDER_NAMES, _DEFAULT_EXCHANGE, *_exchanges(targets)),
+                       _anchor(LADDER_NAMES, CANCELLATIONS))
 
 
 def operator(targets: Iterable[str] = ()) -> Permissions:
-    """Whoever runs ``status`` and ``replay``: the same rights as a relay (parking is a ladder name)."""
+    """Whoever runs ``status``, ``replay`` and ``cancel``: the same rights as a relay (parking is a ladder name)."""
     return relay(targets)
+
+
+def canceller() -> Permissions:
+    """Whoever records cancellations: it declares ``ladder.cancellations`` and publishes to it
+    through the default exchange (``amq.default``). Join it to a producer's with :func:`union`."""
+    return Permissions(_anchor(CANCELLATIONS), _anchor(_DEFAULT_EXCHANGE), "^$")
 
 
 def union(*permissions: Permissions) -> Permissions:

@@ -75,6 +75,8 @@ class CancelWatch:
             marker = encode_marker(self._token, at=int(self.clock() * 1000))
             link.publish(channel, link.RawMessage(marker, b"\x00\x00"), "", STREAM)
         except CONNECTION_ERRORS:
+            if self._channel is None:  # the broker closed the stream's channel (a 403, say): _closed said why
+                return
             raise
         except Exception as exc:  # noqa: BLE001 - without the stream the relay still relays
             logger.error(E_NO_STREAM, STREAM, escape(exc))

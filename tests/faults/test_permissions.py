@@ -83,3 +83,54 @@ def test_minimal_permissions_are_enough(private_node: PrivateNode, fault_vhost: 
             channel.queue_declare(f"{OTHER}.q", passive=True)  # a round trip, to receive the error
     report.update(figures, sent=12, refused_and_parked=2)
     assert figures == {"sent": 10, "delivered": 10, "duplicated": 0, "lost": 0}
+
+
+def test_a_relay_whose_user_may_not_read_the_cancellations_still_relays(
+        private_node: PrivateNode, fault_vhost: str, fault_url: str, tmp_path: Any) -> None:
+    """A user set up before cancellations existed (no ladder.cancellations): relaying goes on, unenforced."""
+    user = f"ladder-old-relay-{uuid.uuid4().hex[:6]}"
+    old = relay([BILLING])
+    perms = [p.replace(r"|ladder\.cancellations", "") for p in old.as_args()]
+    assert all("cancellations" not in p for p in perms)
+    private_node.ctl("add_user", user, "secret")
+    private_node.ctl("set_permissions", "-p", fault_vhost, user, *perms)
+    with Connection(fault_url) as admin:
+        exchange = Exchange(BILLING, type="direct", durable=True)
+        exchange(admin.default_channel).declare()
+        Queue(f"{BILLING}.q", exchange, routing_key="invoice.due", durable=True)(admin.default_channel).declare()
+        admin.default_channel.queue_purge(f"{BILLING}.q")
+    relay_process = RelayProcess(private_node.url(fault_vhost, user, "secret"), tmp_path, "--allow-exchange", BILLING)
+    relay_process.start()
+    try:
+        with Connection(fault_url) as conn:
+            ladder = LadderProducer(conn.default_channel, serializer="json")
+            for n in range(5):
+                ladder.publish({"n": n}, exchange=BILLING, routing_key="invoice.due", countdown=1.2)
+        with Connection(fault_url) as admin:
+            wait_until(lambda: depth(admin, f"{BILLING}.q") >= 5, 30, "deliveries by a relay without the stream",
+                       lambda: relay_process.log()[-3000:])
+            assert take_figures(admin, f"{BILLING}.q", 5) == {"sent": 5, "delivered": 5, "duplicated": 0, "lost": 0}
+        assert relay_process.alive(), relay_process.log()[-3000:]
+        assert "relaying WITHOUT enforcing them" in relay_process.log()
+    finally:
+        relay_process.stop()
+        private_node.ctl("delete_user", user, check=False)
+
+
+def test_a_producer_with_the_canceller_role_records_a_cancellation(private_node: PrivateNode, fault_vhost: str) -> None:
+    from kombu_ladder import cancel
+    from kombu_ladder.permissions import canceller, union
+
+    user = f"ladder-canceller-{uuid.uuid4().hex[:6]}"
+    private_node.ctl("add_user", user, "secret")
+    private_node.ctl("set_permissions", "-p", fault_vhost, user, *union(producer([BILLING]), canceller()).as_args())
+    try:
+        with Connection(private_node.url(fault_vhost, user, "secret")) as conn:
+            cancel(conn, "order-17")  # returns once the broker confirmed the record
+            channel = conn.channel()
+            with pytest.raises(amqp.exceptions.AccessRefused):  # and it cannot read the stream
+                channel.basic_consume("ladder.cancellations", callback=lambda m: None,
+                                      arguments={"x-stream-offset": "first"})
+                channel.queue_declare("ladder.cancellations", passive=True)
+    finally:
+        private_node.ctl("delete_user", user, check=False)

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from kombu_ladder.contract import CONTROL, EXCHANGE, PARKING, rung_names
-from kombu_ladder.permissions import Permissions, operator, producer, relay, union
+from kombu_ladder.permissions import Permissions, canceller, operator, producer, relay, union
 
 LADDER = [EXCHANGE, *rung_names(), CONTROL, PARKING]
 
@@ -48,3 +48,13 @@ def test_union_and_bad_targets() -> None:
         relay("billing")
     with pytest.raises(TypeError, match="targets"):
         producer([1])  # type: ignore[list-item]
+
+
+def test_the_relay_declares_and_reads_the_cancellations_and_a_canceller_records_them() -> None:
+    stream = "ladder.cancellations"
+    assert matches(relay([]).configure, stream) and matches(relay([]).read, stream)
+    assert matches(producer([]).configure, stream) and not matches(producer([]).write, "amq.default")
+    record = canceller()
+    assert matches(record.configure, stream) and matches(record.write, "amq.default")
+    assert not matches(record.read, stream) and not matches(record.configure, "acemq.schedule.due")
+    assert not matches(relay([]).configure, "ladder.cancellationsx")
