@@ -12,17 +12,14 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from pathlib import Path
 from typing import Optional
-from urllib.parse import quote
 
-from faults.faultkit import Restartable, wait_until
+from faults.faultkit import NodeControl, Restartable, free_port, wait_until
 
 __all__ = ["BOOT_TIMEOUT", "Cluster", "ClusterNode", "RelayProcess", "free_port"]
 
@@ -30,14 +27,10 @@ __all__ = ["BOOT_TIMEOUT", "Cluster", "ClusterNode", "RelayProcess", "free_port"
 BOOT_TIMEOUT = 180.0
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class ClusterNode:
+class ClusterNode(NodeControl):
     """One node of the private cluster."""
+
+    boot_timeout = BOOT_TIMEOUT
 
     def __init__(self, name: str, base: Path) -> None:
         self.name = name
@@ -61,30 +54,13 @@ class ClusterNode:
             RABBITMQ_CONFIG_FILE=str(base / "rabbitmq.conf"), RABBITMQ_PID_FILE=str(base / "node.pid"),
         )
 
-    def ctl(self, *args: str, timeout: float = 120, check: bool = True) -> str:
-        """Run ``rabbitmqctl -n <this node> ...`` and return its output."""
-        done = subprocess.run(["rabbitmqctl", "-q", "-n", self.name, *args],
-                              capture_output=True, text=True, timeout=timeout)
-        if check and done.returncode != 0:
-            raise RuntimeError(f"rabbitmqctl -n {self.name} {' '.join(args)} failed: {done.stdout}{done.stderr}")
-        return done.stdout
-
     def start(self) -> None:
         """Start the node (detached); :meth:`await_startup` waits for it."""
         subprocess.run(["rabbitmq-server", "-detached"], env=self.env, check=True, capture_output=True, timeout=60)
 
-    def await_startup(self) -> None:
-        deadline = time.monotonic() + BOOT_TIMEOUT
-        while True:
-            done = subprocess.run(["rabbitmqctl", "-q", "-n", self.name, "await_startup", "--timeout", "60"],
-                                  capture_output=True, text=True, timeout=90)
-            if done.returncode == 0 and self.reachable():
-                # Kept: RabbitMQ deletes its pid file when the app stops (pause_minority does too).
-                self.vm_pid = int((self.base / "node.pid").read_text().strip())
-                return
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"cluster node {self.name} did not start: {done.stderr}\n{self.log_tail()}")
-            time.sleep(0.5)
+    def booted(self) -> None:
+        # Kept: RabbitMQ deletes its pid file when the app stops (pause_minority does too).
+        self.vm_pid = int((self.base / "node.pid").read_text().strip())
 
     def stop(self) -> None:
         """Stop the node cleanly (the Erlang VM too), waiting until its port closes."""
@@ -96,20 +72,6 @@ class ClusterNode:
         assert self.vm_pid is not None, f"{self.name} never booted"
         os.kill(self.vm_pid, signal.SIGKILL)
         wait_until(lambda: not self.reachable(), 30, f"{self.name} to die")
-
-    def reachable(self) -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                return True
-        except OSError:
-            return False
-
-    def url(self, vhost: str) -> str:
-        return f"amqp://guest:guest@127.0.0.1:{self.port}/{quote(vhost, safe='')}"
-
-    def log_tail(self, lines: int = 30) -> str:
-        logs = sorted((self.base / "log").glob("*.log"))
-        return "\n".join(logs[-1].read_text(errors="replace").splitlines()[-lines:]) if logs else "(no log)"
 
 
 class Cluster:

@@ -6,7 +6,6 @@ import json
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -15,26 +14,16 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
-from urllib.parse import quote
 
 import pytest
 from conftest import IN_CI, broker_reachable
 
-from .faultkit import Restartable
+from .faultkit import NodeControl, Restartable, free_port
 
 #: Where the figures of every fault test are written (``build/`` is git-ignored).
 FIGURES_DIR = Path(__file__).resolve().parents[2] / "build"
 
-#: How long the private node may take to boot.
-BOOT_TIMEOUT = 120.0
-
 _figures: list[dict[str, Any]] = []
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _unavailable(message: str) -> None:
@@ -44,7 +33,7 @@ def _unavailable(message: str) -> None:
 
 
 @dataclass
-class PrivateNode:
+class PrivateNode(NodeControl):
     """A RabbitMQ node of this test session's own: restart it, stop it, change its settings."""
 
     name: str
@@ -53,32 +42,11 @@ class PrivateNode:
     base: Path
     env: dict[str, str] = field(default_factory=dict)
 
-    def ctl(self, *args: str, timeout: float = 120, check: bool = True) -> str:
-        """Run ``rabbitmqctl -n <this node> ...`` and return its output."""
-        done = subprocess.run(["rabbitmqctl", "-q", "-n", self.name, *args],
-                              capture_output=True, text=True, timeout=timeout)
-        if check and done.returncode != 0:
-            raise RuntimeError(f"rabbitmqctl {' '.join(args)} failed: {done.stdout}{done.stderr}")
-        return done.stdout
-
     def start(self) -> None:
         """Start the node (detached) and wait until it accepts connections."""
         subprocess.run(["rabbitmq-server", "-detached"], env=self.env, check=True,
                        capture_output=True, timeout=60)
         self.await_startup()
-
-    def await_startup(self) -> None:
-        """Wait for the node to boot; ``await_startup`` fails until the node registered."""
-        deadline = time.monotonic() + BOOT_TIMEOUT
-        while True:
-            done = subprocess.run(["rabbitmqctl", "-q", "-n", self.name, "await_startup", "--timeout", "60"],
-                                  capture_output=True, text=True, timeout=90)
-            if done.returncode == 0 and self.reachable():
-                return
-            if time.monotonic() > deadline:
-                log = self.log_tail()
-                raise RuntimeError(f"private RabbitMQ node {self.name} did not start: {done.stderr}\n{log}")
-            time.sleep(0.5)
 
     def stop(self) -> None:
         """Stop the whole node (the Erlang VM too)."""
@@ -103,28 +71,12 @@ class PrivateNode:
         """Change ``consumer_timeout`` on this node only (never on the shared broker)."""
         self.ctl("eval", f"application:set_env(rabbit, consumer_timeout, {int(millis)}).")
 
-    def reachable(self) -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                return True
-        except OSError:
-            return False
-
     def new_vhost(self, prefix: str = "faults") -> str:
         """Create a vhost with full permissions for guest; return its name."""
         vhost = f"{prefix}-{uuid.uuid4().hex[:8]}"
         self.ctl("add_vhost", vhost)
         self.ctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
         return vhost
-
-    def url(self, vhost: str, user: str = "guest", password: str = "guest") -> str:
-        return f"amqp://{user}:{password}@127.0.0.1:{self.port}/{quote(vhost, safe='')}"
-
-    def log_tail(self, lines: int = 40) -> str:
-        logs = sorted((self.base / "log").glob("*.log"))
-        if not logs:
-            return "(no node log)"
-        return "\n".join(logs[-1].read_text(errors="replace").splitlines()[-lines:])
 
 
 @pytest.fixture(scope="session")
@@ -143,7 +95,7 @@ def private_node() -> Iterator[PrivateNode]:
         _unavailable("a private RabbitMQ node can only be started as root or as the rabbitmq user")
     base = Path(tempfile.mkdtemp(prefix="ladder-faults-"))
     name = f"ladder-faults-{os.getpid()}@localhost"
-    port, dist_port = _free_port(), _free_port()
+    port, dist_port = free_port(), free_port()
     (base / "enabled_plugins").write_text("[].\n")
     # Our own config file: the system one pins the listener to :5672.
     (base / "rabbitmq.conf").write_text(f"listeners.tcp.local = 127.0.0.1:{port}\n")

@@ -7,6 +7,7 @@ import json
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -14,6 +15,7 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Optional
+from urllib.parse import quote
 
 from kombu import Connection, Consumer, Queue
 from rabbit_helpers import drain
@@ -21,8 +23,68 @@ from rabbit_helpers import drain
 from kombu_ladder import Scheduler
 from kombu_ladder.contract import CONTROL, rung_names
 
-__all__ = ["Collector", "Restartable", "WorkerProcess", "publish_numbered", "random_delays", "ladder_depth",
-           "queue_messages", "run_figures", "take_figures", "wait_until"]
+__all__ = ["Collector", "NodeControl", "Restartable", "free_port", "WorkerProcess", "publish_numbered",
+           "random_delays", "ladder_depth", "queue_messages", "run_figures", "take_figures", "wait_until"]
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class NodeControl:
+    """What the fault suite's private node and the cluster suite's nodes share: ``rabbitmqctl -n``, boot, probes.
+
+    A subclass has ``name`` (the Erlang node name), ``port`` (AMQP) and ``base`` (its data and log directory).
+    """
+
+    name: str
+    port: int
+    base: Path
+    #: How long a boot may take.
+    boot_timeout = 120.0
+
+    def ctl(self, *args: str, timeout: float = 120, check: bool = True) -> str:
+        """Run ``rabbitmqctl -n <this node> ...`` and return its output."""
+        done = subprocess.run(["rabbitmqctl", "-q", "-n", self.name, *args],
+                              capture_output=True, text=True, timeout=timeout)
+        if check and done.returncode != 0:
+            raise RuntimeError(f"rabbitmqctl -n {self.name} {' '.join(args)} failed: {done.stdout}{done.stderr}")
+        return done.stdout
+
+    def await_startup(self) -> None:
+        """Wait for the node to boot; ``await_startup`` fails until the node registered."""
+        deadline = time.monotonic() + self.boot_timeout
+        while True:
+            done = subprocess.run(["rabbitmqctl", "-q", "-n", self.name, "await_startup", "--timeout", "60"],
+                                  capture_output=True, text=True, timeout=90)
+            if done.returncode == 0 and self.reachable():
+                self.booted()
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"RabbitMQ node {self.name} did not start: {done.stderr}\n{self.log_tail()}")
+            time.sleep(0.5)
+
+    def booted(self) -> None:
+        """Called once :meth:`await_startup` saw the node up."""
+
+    def reachable(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                return True
+        except OSError:
+            return False
+
+    def url(self, vhost: str, user: str = "guest", password: str = "guest") -> str:
+        return f"amqp://{user}:{password}@127.0.0.1:{self.port}/{quote(vhost, safe='')}"
+
+    def log_tail(self, lines: int = 40) -> str:
+        logs = sorted((self.base / "log").glob("*.log"))
+        if not logs:
+            return "(no node log)"
+        return "\n".join(logs[-1].read_text(errors="replace").splitlines()[-lines:])
 
 
 class Collector:
