@@ -9,6 +9,7 @@ from celery import bootsteps
 from celery.utils.log import get_logger
 
 from kombu_ladder.errors import TopologyConflict
+from kombu_ladder.relay.alarm import Alarm
 from kombu_ladder.relay.driven import DrivenRelay
 from kombu_ladder.topology import declare
 
@@ -37,6 +38,7 @@ class LadderRelay(bootsteps.StartStopStep):
         c.ladder_relay = None
         self.metrics: Any = None  # serves /metrics once started, when ladder_metrics_port is set
         self._ticker: Any = None
+        self._alarm: Any = None
         self.settings = LadderSettings.from_conf(c.app.conf)
         self.relay = DrivenRelay(allowed_exchanges=self.settings.allowed_exchanges, max_delay=self.settings.max_delay,
                                  declare_topology=partial(declare, queue_type=self.settings.queue_type),
@@ -56,16 +58,18 @@ class LadderRelay(bootsteps.StartStopStep):
         hub, tick = getattr(c, "hub", None), self.relay.tick
         self._ticker = (hub.call_repeatedly(TICK, tick) if hub is not None
                         else c.timer.call_repeatedly(TICK, c.call_soon, (tick,)))
-        # Held messages are published at their due time by a timer in the same loop.
-        fire = self.relay.core.fire
-        self.relay.core.wakeup = ((lambda seconds: hub.call_later(seconds, fire)) if hub is not None
-                                  else (lambda seconds: c.timer.call_after(seconds, c.call_soon, (fire,))))
+        # Held messages are published at their due time by one timer entry at a time in the same loop.
+        self._alarm = Alarm(hub.call_later if hub is not None else
+                            (lambda seconds, fire: c.timer.call_after(seconds, c.call_soon, (fire,))),
+                            self.relay.core.fire, self.relay.core.clock)
+        self.relay.core.wakeup = self._alarm
         c.ladder_relay = self
         self.metrics = self.metrics or serve_metrics(self.settings, self.counters, c.connection)
 
     def stop(self, c: Any) -> None:
         self._ticker = self._ticker and self._ticker.cancel()
         self.relay.core.wakeup = None  # stopping gives the held messages back to the broker
+        self._alarm = self._alarm and self._alarm.cancel()
         self.relay.stop(getattr(c, "connection", None))
 
     def shutdown(self, c: Any) -> None:
