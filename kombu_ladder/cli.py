@@ -172,6 +172,7 @@ def move(to: str, limit: Optional[int], keep_parked: bool) -> None:
 @cli.command()
 @cli_options.prefetch_option()
 @cli_options.hold_window_option()
+@cli_options.max_delay_option()
 @cli_options.report_every_option()
 @cli_options.allow_exchange_option()
 @cli_options.metrics_port_option()
@@ -179,7 +180,7 @@ def move(to: str, limit: Optional[int], keep_parked: bool) -> None:
 @cli_options.metrics_interval_option()
 @cli_options.queue_type_option()
 @_common_options(top=False)
-def relay(prefetch: int, hold_window: float, report_every: float, allowed_exchanges: Sequence[str],
+def relay(prefetch: int, hold_window: float, max_delay: float, report_every: float, allowed_exchanges: Sequence[str],
           metrics_port: Optional[int], metrics_address: str, metrics_interval: float,
           queue_type: Optional[str]) -> None:
     """Run a relay on --broker until SIGTERM or SIGINT.
@@ -195,7 +196,7 @@ def relay(prefetch: int, hold_window: float, report_every: float, allowed_exchan
         commands.relay(connection, prefetch=prefetch, report_every=report_every,
                        allowed_exchanges=cli_options.allowed_or_none(allowed_exchanges), metrics_port=metrics_port,
                        metrics_address=metrics_address, metrics_interval=metrics_interval,
-                       hold_window=hold_window, queue_type=queue_type or "classic")
+                       hold_window=hold_window, max_delay=max_delay, queue_type=queue_type or "classic")
 
 
 def main(argv: Optional[Sequence[str]] = None, *, prog_name: str = "kombu-ladder") -> int:

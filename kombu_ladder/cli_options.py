@@ -7,11 +7,12 @@ from typing import Any, Callable, Optional, Sequence
 import click
 
 from .contract import PREFETCH
+from .plan import MAX_DELAY
 from .timing import HOLD_WINDOW
 
 __all__ = [
     "shared_option", "parked_option", "due_option", "json_option", "limit_option", "match_option",
-    "prefetch_option", "hold_window_option", "report_every_option", "allow_exchange_option",
+    "prefetch_option", "hold_window_option", "max_delay_option", "report_every_option", "allow_exchange_option",
     "queue_type_option", "metrics_port_option", "metrics_address_option", "metrics_interval_option",
     "allowed_or_none",
 ]
@@ -53,6 +54,11 @@ hold_window_option = _option(
     "--hold-window", type=click.FloatRange(min=0, max=600), default=HOLD_WINDOW, show_default=True,
     metavar="SECONDS", help="Hold a message whose remaining delay is below this, unacked, and deliver it at its "
                             "due time (0: off, deliveries up to 1 s early).")
+#: ``relay --max-delay SECONDS``.
+max_delay_option = _option(
+    "--max-delay", type=click.FloatRange(min=0, min_open=True), default=float(MAX_DELAY), metavar="SECONDS",
+    help="Park, as malformed, a message due further ahead than this (default: ten years; a sanity bound that "
+         "catches due times in the wrong unit). Match the producers' max_delay.")
 #: ``relay --report-every SECONDS``.
 report_every_option = _option("--report-every", type=click.FloatRange(min=0, min_open=True), default=30.0,
                               show_default=True, metavar="SECONDS", help="Log the relay's counters this often.")
