@@ -35,7 +35,8 @@ test: $(STAMP)
 
 # The unit tier: every test tests/conftest.py marks "unit" (no broker, no Celery worker, no process or
 # socket of its own; the simulator counts as pure). Needs no RabbitMQ; a few seconds. All of tests/unit
-# (pure tables) and tests/sim (the simulator) is in it, and the pure tests of the files still at tests/.
+# (pure tables) and tests/sim (the simulator) is in it, and the pure tests and simulator twins of the
+# other tiers (tests/README.md).
 test-unit: $(STAMP)
 	$(PY) -m pytest -q -m unit --ignore=tests/faults --ignore=tests/cluster $(PYTEST_ARGS)
 
@@ -61,7 +62,7 @@ test-matrix:
 	$(PYTHON) .ci/matrix.py $(STACKS)
 
 demo: $(STAMP)
-	$(PY) -m kombu_ladder.demo
+	$(PY) examples/demo.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check kombu_ladder celery_ladder tests

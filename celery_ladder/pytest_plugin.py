@@ -1,15 +1,24 @@
-"""pytest fixtures for Celery projects: ``ladder_celery``, a Celery app on the simulator with the ladder installed."""
+"""pytest fixtures for Celery projects: ``ladder_celery``, a Celery app on the simulator with the ladder installed.
+
+It composes with celery.contrib.pytest (which pytest-celery loads): in a test that also
+asks for ``celery_app`` it puts that app on the simulator, and an embedded ``celery_worker``
+then consumes from the simulator and runs each task once :meth:`LadderCelery.advance` made
+it due (see :func:`ladder_celery`).
+"""
 
 from __future__ import annotations
 
+import time
 from datetime import datetime
-from typing import Any, Iterator, NamedTuple, Optional
+from typing import Any, Callable, Generator, Iterator, NamedTuple, Optional
 
 import pytest
 from celery import Celery, current_app
 from celery.utils.time import maybe_iso8601, maybe_make_aware
 from celery.worker.request import Request
+from celery.worker.strategy import default as default_strategy
 
+from kombu_ladder.brokers import clock_of
 from kombu_ladder.pytest_plugin import simulated_rabbitmq
 from kombu_ladder.simulator import SimulatedBroker
 
@@ -129,7 +138,7 @@ def ladder_celery_app() -> Iterator[Celery]:
 
 
 @pytest.fixture
-def ladder_celery(ladder_celery_app: Celery, request: pytest.FixtureRequest) -> Iterator[LadderCelery]:
+def ladder_celery(request: pytest.FixtureRequest) -> Iterator[LadderCelery]:
     """A Celery app on an in-memory broker with a virtual clock, the ladder installed and a relay running.
 
     .. code-block:: python
@@ -139,27 +148,76 @@ def ladder_celery(ladder_celery_app: Celery, request: pytest.FixtureRequest) -> 
             ladder_celery.advance(4 * 3600)
             assert [t.args for t in ladder_celery.delivered()] == [[7]]
             ladder_celery.run_delivered()
+
+    The app is ``ladder_celery_app``'s, or celery.contrib.pytest's ``celery_app`` when
+    the test asks for that too. Then an embedded ``celery_worker`` consumes from the
+    simulator (it starts after this fixture) and runs each task once ``advance()`` made
+    it due: the simulator's relay delivers it, and the worker counts its ETA on the
+    virtual clock, so it waits for no wall-clock time.
     """
-    app = ladder_celery_app
+    with_worker = "celery_app" in request.fixturenames
+    app = request.getfixturevalue("celery_app" if with_worker else "ladder_celery_app")
     broker = SimulatedBroker(rabbitmq=simulated_rabbitmq(request.config))
-    saved = {key: app.conf.get(key) for key in ("broker_url", "broker_read_url", "broker_write_url")}
-    app.conf.update(broker_url=broker.url, broker_read_url=None, broker_write_url=None)
+    keys = ("broker_url", "broker_read_url", "broker_write_url", "ladder_relay")
+    saved = {key: app.conf.get(key) for key in keys}
+    app.conf.update(broker_url=broker.url, broker_read_url=None, broker_write_url=None,
+                    ladder_relay=False)  # the simulator's relay below relays, in advance()
     _reset_pool(app)
     install(app)
-    producer_class = app.amqp.Producer
-    had_clock = "clock" in producer_class.__dict__
+    producer_class, task_class = app.amqp.Producer, app.Task
+    had_clock, had_strategy = "clock" in producer_class.__dict__, "Strategy" in task_class.__dict__
     producer_class.clock = staticmethod(broker.now)
+    task_class.Strategy = STRATEGY  # for a worker started from now on
     app.now = lambda: _virtual_now(app, broker)  # Celery turns countdown into eta with app.now()
     broker.relay()
     try:
         yield LadderCelery(app, broker)
     finally:
         del app.now
+        if not had_strategy:
+            del task_class.Strategy
         if not had_clock:
             del producer_class.clock
         _reset_pool(app)
         app.conf.update(saved)
         broker.close()
+
+
+#: The task strategy (as Celery names one) of a ``ladder_celery`` app: see :func:`virtual_clock_strategy`.
+STRATEGY = f"{__name__}:virtual_clock_strategy"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef: Any, request: pytest.FixtureRequest) -> Generator[None, None, None]:
+    """In a test that asks for both, ``celery_worker`` starts after ``ladder_celery``: on the simulator."""
+    if fixturedef.argname == "celery_worker" and "ladder_celery" in request.fixturenames:
+        request.getfixturevalue("ladder_celery")
+    yield
+
+
+def virtual_clock_strategy(task: Any, app: Celery, consumer: Any, **kwargs: Any) -> Any:
+    """Celery's default task strategy, counting a task's ETA on the simulator's clock.
+
+    A worker holds a task with an ETA in its timer until that time comes on the
+    wall clock; on the simulator the ETA is virtual, and the relay delivered the task
+    when it fell due in virtual time. The timer is given the ETA moved by the
+    distance between the two clocks at that moment.
+    """
+    return default_strategy(task, app, _VirtualTimer(consumer, clock_of(consumer.connection)), **kwargs)
+
+
+class _VirtualTimer:
+    """The worker's consumer as Celery's strategy sees it, its ``timer.call_at`` on the virtual clock."""
+
+    def __init__(self, consumer: Any, clock: Callable[[], float]) -> None:
+        self._consumer, self._clock = consumer, clock
+        self.timer = self
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._consumer, name)
+
+    def call_at(self, eta: float, fun: Any, args: Any = (), kwargs: Any = None, priority: int = 0) -> Any:
+        return self._consumer.timer.call_at(eta - (self._clock() - time.time()), fun, args, kwargs, priority)
 
 
 def _virtual_now(app: Celery, broker: SimulatedBroker) -> datetime:

@@ -6,8 +6,11 @@ import time
 from typing import Any, Callable, Optional
 
 import pytest
+from helpers import queue_depth as depth
+from helpers import wait_for
 from kombu import Connection, Exchange, Queue
 
+#: ``depth`` is helpers.queue_depth, named as the behaviour tests use it.
 __all__ = ["RabbitBackend", "SimulatorBackend", "Arrivals", "get", "depth", "declare_target"]
 
 
@@ -34,8 +37,6 @@ class RabbitBackend:
     def wait_until(self, condition: Callable[[], Any], timeout: float = 30.0,
                    message: str = "condition", interval: float = 0.02) -> Any:
         """Poll ``condition`` until it is truthy and return its value; fail after ``timeout`` seconds."""
-        from conftest import wait_for  # here: conftest imports this module
-
         return wait_for(condition, timeout, interval=interval, message=message)
 
 
@@ -92,12 +93,6 @@ class SimulatorBackend:
 def get(conn: Connection, queue: str, *, no_ack: bool = True) -> Optional[Any]:
     """Return one message from ``queue`` (a kombu Message) or None, without declaring anything."""
     return Queue(queue, no_declare=True).bind(conn.default_channel).get(no_ack=no_ack, accept=None)
-
-
-def depth(conn: Connection, queue: str) -> int:
-    """Return how many messages are ready in ``queue``."""
-    _, messages, _ = conn.default_channel.queue_declare(queue=queue, passive=True)
-    return int(messages)
 
 
 def declare_target(conn: Connection, queue: str, *, exchange: str = "", routing_key: Optional[str] = None) -> Queue:

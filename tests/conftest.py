@@ -1,62 +1,51 @@
-"""Shared fixtures: a private RabbitMQ vhost per test session, and helpers to wait on conditions."""
+"""Shared fixtures and the tier marks: a private RabbitMQ vhost per session, the two ladder backends."""
 
 from __future__ import annotations
 
 import os
 import shutil
-import socket
-import subprocess
-import time
 import uuid
-from contextlib import contextmanager
-from typing import Callable, Iterator
-from urllib.parse import quote
+from pathlib import Path
+from typing import Iterator
 
 import pytest
+from helpers import IN_CI, purge_ladder, rabbitmqctl, require_broker, temporary_vhost, vhost_url
+from hostile_corpus import WRITE_PERMISSION
 from kombu import Connection
-
-from kombu_ladder.contract import CONTROL, PARKING, rung_names
-
-BROKER_HOST = os.environ.get("LADDER_TEST_HOST", "127.0.0.1")
-BROKER_PORT = int(os.environ.get("LADDER_TEST_PORT", "5672"))
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
 
 #: Fixtures that reach the real RabbitMQ: a test that uses one, directly or through another, is a broker test.
 BROKER_FIXTURES = frozenset({"rabbit_vhost", "broker_url", "connection"})
+TESTS = Path(__file__).resolve().parent
+#: The tiers whose every test must be ``unit``: no broker, no Celery worker (tests/README.md).
+PURE_TIERS = ("unit", "sim")
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m selects by these marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark the tiers: ``broker`` on every test that reaches RabbitMQ, ``unit`` on what needs no broker,
-    no Celery worker and no process of its own (``make test-unit``)."""
+    no Celery worker and no process of its own (``make test-unit``). A test in tests/unit or tests/sim
+    that is not ``unit`` is in the wrong directory: the run stops and names it."""
+    misplaced = []
     for item in items:
         if BROKER_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.broker)
-        if not any(item.get_closest_marker(tier) for tier in ("broker", "celery", "process")):
+        heavy = [tier for tier in ("broker", "celery", "process") if item.get_closest_marker(tier)]
+        if not heavy:
             item.add_marker(pytest.mark.unit)
+        elif tier_of(item) in PURE_TIERS and heavy != ["process"]:
+            misplaced.append(f"{item.nodeid} is {'+'.join(heavy)}")
+    if misplaced:
+        raise pytest.UsageError("tests/unit and tests/sim hold no broker or Celery test; move these to "
+                                "tests/broker or tests/celery_tier:\n  " + "\n  ".join(misplaced))
 
 
-def broker_reachable() -> bool:
+def tier_of(item: pytest.Item) -> str:
+    """The tier a test's file lives in: the first directory under tests/ ("" for tests/ itself)."""
     try:
-        with socket.create_connection((BROKER_HOST, BROKER_PORT), timeout=2):
-            return True
-    except OSError:
-        return False
-
-
-def require_broker() -> None:
-    """Skip locally, but fail under CI=true, when RabbitMQ is unreachable."""
-    if broker_reachable():
-        return
-    message = f"RabbitMQ is not reachable at {BROKER_HOST}:{BROKER_PORT}"
-    if IN_CI:
-        pytest.fail(message + " (CI=true: broker-tier tests must not skip)", pytrace=False)
-    pytest.skip(message)
-
-
-def _rabbitmqctl(*args: str) -> None:
-    subprocess.run(["rabbitmqctl", "-q", *args], check=True, capture_output=True, timeout=60)
+        parts = Path(item.path).resolve().relative_to(TESTS).parts
+    except ValueError:  # a test outside tests/ (a docs snippet run with the package's fixtures)
+        return ""
+    return parts[0] if len(parts) > 1 else ""
 
 
 @pytest.fixture(scope="session")
@@ -72,21 +61,24 @@ def rabbit_vhost() -> Iterator[str]:
         yield vhost
 
 
-@contextmanager
-def temporary_vhost(vhost: str) -> Iterator[str]:
-    """Create ``vhost`` with full permissions for guest; delete it afterwards."""
-    _rabbitmqctl("add_vhost", vhost)
-    _rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
-    try:
-        yield vhost
-    finally:
-        subprocess.run(["rabbitmqctl", "-q", "delete_vhost", vhost], capture_output=True, timeout=60)
-
-
 @pytest.fixture(scope="session")
 def broker_url(rabbit_vhost: str) -> str:
     """The AMQP URL of this session's vhost."""
-    return f"amqp://guest:guest@{BROKER_HOST}:{BROKER_PORT}/{quote(rabbit_vhost, safe='')}"
+    return vhost_url(rabbit_vhost)
+
+
+@pytest.fixture
+def fresh_vhost(rabbit_vhost: str) -> Iterator[str]:
+    """A brand-new, empty vhost for one test (deleted afterwards)."""
+    with temporary_vhost(f"{rabbit_vhost}-fresh-{uuid.uuid4().hex[:6]}") as vhost:
+        yield vhost
+
+
+@pytest.fixture
+def corpus_url(fresh_vhost: str) -> str:
+    """A vhost of its own where guest may write everywhere but to the hostile corpus's forbidden exchange."""
+    rabbitmqctl("set_permissions", "-p", fresh_vhost, "guest", ".*", WRITE_PERMISSION, ".*")
+    return vhost_url(fresh_vhost)
 
 
 @pytest.fixture
@@ -96,39 +88,6 @@ def connection(broker_url: str) -> Iterator[Connection]:
         conn.ensure_connection(max_retries=3)
         purge_ladder(conn)
         yield conn
-
-
-def purge_ladder(conn: Connection) -> None:
-    """Empty every ladder queue that exists, so one test's leftovers never reach another."""
-    purge(conn, *rung_names(), CONTROL, PARKING)
-
-
-def purge(conn: Connection, *queues: str) -> None:
-    """Empty each of ``queues`` that exists (a missing one is fine)."""
-    for name in queues:
-        channel = conn.channel()
-        try:
-            channel.queue_purge(name)
-        except conn.channel_errors:
-            pass
-        finally:
-            try:
-                channel.close()
-            except Exception:  # noqa: BLE001 - closed by the broker on a missing queue
-                pass
-
-
-def wait_for(condition: Callable[[], object], timeout: float = 30.0, interval: float = 0.05,
-             message: str = "condition") -> object:
-    """Poll ``condition`` until it is truthy; fail the test after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            pytest.fail(f"timed out after {timeout:g}s waiting for {message}")
-        time.sleep(interval)
 
 
 @pytest.fixture(params=[pytest.param("rabbitmq", marks=pytest.mark.broker), "simulator"])

@@ -12,17 +12,14 @@ from __future__ import annotations
 import functools
 import hashlib
 import struct
-import subprocess
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-import pytest
 from amqp import spec
 from amqp.basic_message import Message as AmqpMessage
 from amqp.channel import Channel as AmqpChannel
 from amqp.serialization import decode_properties_basic
-from rabbit_helpers import vhost_url
 
 from kombu_ladder import wire
 from kombu_ladder.contract import CONTENT_TYPE, CONTROL, DUE_AT, PARKING, TARGET_EXCHANGE, TARGET_ROUTING_KEY
@@ -332,14 +329,6 @@ def check_outcomes(channel: Any, ordered: list[Case]) -> list[str]:
     return all_reasons
 
 
-@pytest.fixture
-def corpus_url(fresh_vhost: str) -> str:
-    """A vhost of its own where guest may write everywhere but to the forbidden exchange (import it as a fixture)."""
-    subprocess.run(["rabbitmqctl", "-q", "set_permissions", "-p", fresh_vhost, "guest", ".*", WRITE_PERMISSION, ".*"],
-                   check=True, capture_output=True, timeout=60)
-    return vhost_url(fresh_vhost)
-
-
 def _amqp_reads_int16() -> bool:
     """Whether the installed py-amqp reads a header of type ``s`` as RabbitMQ's int16.
 
@@ -376,4 +365,4 @@ def fingerprint(body: bytes) -> str:
 
 
 __all__ += ["PARKING", "nested", "bomb", "properties", "schedule", "fingerprint", "interleaved",
-            "expected_depths", "check_outcomes", "corpus_url"]
+            "expected_depths", "check_outcomes"]

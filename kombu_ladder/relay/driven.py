@@ -8,21 +8,30 @@ import time
 from typing import Any, Callable, Iterable, Optional
 
 from ..contract import PREFETCH
+from ..errors import TopologyConflict
 from ..plan import MAX_DELAY
 from ..targets import ExchangeCheck
 from ..timing import HOLD_CAPACITY, HOLD_WINDOW
 from ..topology import declare
+from .alarm import Alarm
 from .core import RelayConsumer, RelayCore
 from .counters import Counters
 
-__all__ = ["DrivenRelay", "Driver", "STOP_GRACE"]
+__all__ = ["DrivenRelay", "Driver", "STOP_GRACE", "TICK"]
 
 logger = logging.getLogger("kombu_ladder.relay")
 
 I_STOPPED = "relay stopped: %s"
+E_CONFLICT = "ladder relay not started: the broker's ladder topology conflicts with the contract: %s"
 
 #: Seconds a stopping relay waits for outstanding confirms, so a clean stop duplicates nothing.
 STOP_GRACE = 5.0
+
+#: Seconds between the ticks (back-offs, log summaries) of a relay :meth:`DrivenRelay.run_on` a loop.
+TICK = 1.0
+
+#: ``later(seconds, function)``: run ``function`` once, ``seconds`` from now, where the relay's frames are read.
+Later = Callable[[float, Callable[[], None]], object]
 
 
 class DrivenRelay:
@@ -60,6 +69,7 @@ class DrivenRelay:
         self._check_clock = check_clock
         self._declare = declare_topology
         self._consumer: Optional[RelayConsumer] = None
+        self._later: Optional[Later] = None
 
     @property
     def counters(self) -> Counters:
@@ -91,6 +101,31 @@ class DrivenRelay:
         consumer.consume()  # the core logs "ladder relay consuming" once it consumes (after the cancellations)
         return consumer
 
+    def run_on(self, connection: Any, channel: Any, later: Later) -> bool:
+        """:meth:`start` in a loop that schedules with ``later`` (a Celery worker's hub or timer): a :meth:`tick`
+        every ``TICK`` (1) seconds, and each held message published at its due time. Until :meth:`stop`.
+
+        Returns:
+            False, with the reason logged, when the broker's ladder conflicts with the contract.
+        """
+        try:
+            self.start(connection, channel)
+        except TopologyConflict as exc:
+            logger.error(E_CONFLICT, exc)
+            return False
+        self._later = later
+        if self.core.wakeup is None:  # the simulator's virtual timers, when it is one, were set by start()
+            # one pending entry at a time: in a worker they share the hub's timer with the tasks' ETAs
+            self.core.wakeup = Alarm(later, self.core.fire, self.core.clock)
+
+        def tick_again() -> None:
+            if self._later is later:  # neither stopped nor started again since
+                self.tick()
+                later(TICK, tick_again)
+
+        later(TICK, tick_again)
+        return True
+
     def tick(self) -> None:
         """Send again what waited for its back-off; write the log summaries that are due."""
         self.core.tick()
@@ -111,7 +146,12 @@ class DrivenRelay:
         self.core.close()
 
     def stop(self, connection: Any, grace: float = STOP_GRACE) -> None:
-        """Stop taking expiries, :meth:`drain`, and close the consuming channel."""
+        """Stop taking expiries and ticking, :meth:`drain`, and close the consuming channel (held messages go
+        back to the broker)."""
+        if self._later is not None:
+            wakeup, self._later, self.core.wakeup = self.core.wakeup, None, None
+            if isinstance(wakeup, Alarm):
+                wakeup.cancel()
         consumer, self._consumer = self._consumer, None
         if consumer is None:
             return

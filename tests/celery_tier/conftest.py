@@ -17,7 +17,7 @@ from kombu.asynchronous import set_event_loop
 
 import celery_ladder
 
-from .helpers import Recorder, purge_queues, register_tasks
+from .recording import Recorder, purge_queues, register_tasks
 
 
 @pytest.fixture

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 from celery.utils.time import maybe_iso8601
-from conftest import wait_for
+from helpers import queue_depth, wait_for
 
 from celery_ladder.publish import scheduled_count
 from kombu_ladder.contract import rung_names
 
-from .helpers import queue_depth, relay_of
+from .recording import relay_of
 
 pytestmark = [pytest.mark.broker, pytest.mark.celery]
 
@@ -59,7 +59,7 @@ def test_mixed_countdown_and_eta_run_on_time_and_are_not_held_early(celery_app: 
             expected[label] = eta.isoformat()
             stamp.apply_async((label,), eta=eta)
     assert scheduled_count() - before == len(DELAYS)
-    waiting = sum(queue_depth(connection, name) or 0 for name in rung_names())
+    waiting = sum(queue_depth(connection, name, if_missing=0) for name in rung_names())
     assert waiting >= len(DELAYS) - 2, "the ETA tasks should wait in the rungs, not in the task queue"
 
     early_seen: list[tuple[str, float]] = []

@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any, Optional
 
 import pytest
+from helpers import queue_depth
 
 from kombu_ladder.contract import rung_names
 
-from .helpers import purge_queues, queue_depth
+from .recording import purge_queues
 
 pytest.importorskip("django")
 
@@ -57,8 +58,8 @@ def test_installed_apps_and_the_toggles(broker_url: str, connection: Any, enable
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report == {"installed": True, "enabled": in_ladder, "relay": relay != "False"}
-    waiting = sum(queue_depth(connection, name) or 0 for name in rung_names())
-    assert (waiting, queue_depth(connection, "django-tasks")) == ((1, 0) if in_ladder else (0, 1))
+    waiting = sum(queue_depth(connection, name, if_missing=0) for name in rung_names())
+    assert (waiting, queue_depth(connection, "django-tasks", if_missing=None)) == ((1, 0) if in_ladder else (0, 1))
 
 
 def test_a_bad_django_setting_stops_the_start_naming_it(broker_url: str) -> None:

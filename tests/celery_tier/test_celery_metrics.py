@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import purge_ladder, wait_for
+from helpers import purge_ladder, wait_for
 from kombu import Connection
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -17,8 +17,8 @@ from celery_ladder.settings import LadderSettings
 from kombu_ladder.depths import LADDER_QUEUES
 from kombu_ladder.metrics import METRIC_NAMES
 
-from .helpers import purge_queues
 from .poolapp import POOL_QUEUE, make_app
+from .recording import purge_queues
 from .test_celery_pool_cli import Worker
 
 

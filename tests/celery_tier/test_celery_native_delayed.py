@@ -10,16 +10,13 @@ worker runs it on time, and nothing ever enters ``celery_delayed_*``. With
 
 from __future__ import annotations
 
-import json
-import subprocess
 from pathlib import Path
 from typing import Any, Iterator
 
 import celery
 import pytest
 from celery.utils.time import maybe_iso8601
-from conftest import wait_for
-from rabbit_helpers import fresh_vhost, list_exchanges, vhost_url  # noqa: F401 - fixture
+from helpers import list_exchanges, messages_by_queue, vhost_url, wait_for
 
 import celery_ladder
 from celery_ladder.publish import NATIVE_DELAYED_PREFIX, scheduled_count
@@ -39,14 +36,11 @@ DELAYS = (3.0, 1.5, 4.5, 2.2)
 
 def waiting(vhost: str, prefix: str) -> dict[str, int]:
     """Messages (ready or not) in each queue of ``vhost`` whose name starts with ``prefix``."""
-    out = subprocess.run(["rabbitmqctl", "-q", "list_queues", "-p", vhost, "name", "messages", "--formatter",
-                          "json"], check=True, capture_output=True, text=True, timeout=60).stdout.strip()
-    return {row["name"]: int(row["messages"] or 0) for row in json.loads(out or "[]")
-            if row["name"].startswith(prefix)}
+    return {name: n for name, n in messages_by_queue(vhost).items() if name.startswith(prefix)}
 
 
 @pytest.fixture
-def native_setup(fresh_vhost: str, tmp_path: Path) -> Iterator[tuple[str, Any, Worker]]:  # noqa: F811
+def native_setup(fresh_vhost: str, tmp_path: Path) -> Iterator[tuple[str, Any, Worker]]:
     url = vhost_url(fresh_vhost)
     publisher = celery_ladder.install(make_app(url))
     worker = Worker(url, tmp_path, app="nativeapp", queue=NATIVE_QUEUE)

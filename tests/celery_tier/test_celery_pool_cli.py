@@ -15,9 +15,8 @@ from typing import Any, Iterator
 
 import pytest
 from celery.utils.time import maybe_iso8601
-from conftest import purge_ladder, wait_for
+from helpers import purge_ladder, queue_depth, vhost_url, wait_for
 from kombu import Connection, Producer, Queue
-from rabbit_helpers import fresh_vhost, queue_depth, vhost_url  # noqa: F401 - fresh_vhost is a fixture
 
 import celery_ladder
 from celery_ladder.pool import POOL_PATH
@@ -25,8 +24,8 @@ from kombu_ladder.contract import CONTROL, MESSAGE_TYPE, PARKED_REASON, PARKING,
 from kombu_ladder.envelope import scheduled_headers
 from kombu_ladder.topology import declare as declare_topology
 
-from .helpers import purge_queues
 from .poolapp import POOL_QUEUE, make_app
+from .recording import purge_queues
 
 pytestmark = [pytest.mark.broker, pytest.mark.celery]
 
@@ -191,7 +190,7 @@ def test_two_workers_make_competing_relays_without_duplicates(broker_url: str, p
     assert all(n > 0 for n in delivered.values()), f"both relays take part: {delivered}"
 
 
-def test_celery_ladder_relay_keeps_to_the_apps_allow_list(fresh_vhost: str) -> None:  # noqa: F811
+def test_celery_ladder_relay_keeps_to_the_apps_allow_list(fresh_vhost: str) -> None:
     """``celery ladder relay`` reads ladder_allowed_exchanges, as the workers' relay does."""
     url = vhost_url(fresh_vhost)
     with Connection(url) as conn:

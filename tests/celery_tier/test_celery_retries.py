@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 from celery import chain
-from conftest import wait_for
+from helpers import wait_for
 
 from celery_ladder.publish import scheduled_count
 
-from .helpers import relay_of
+from .recording import relay_of
 
 pytestmark = [pytest.mark.broker, pytest.mark.celery]
 

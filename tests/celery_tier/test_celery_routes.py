@@ -10,12 +10,12 @@ from typing import Any, Iterator
 
 import pytest
 from celery.utils.time import maybe_iso8601
-from conftest import wait_for
+from helpers import queue_depth, wait_for
 from kombu import Connection, Exchange, Producer, Queue
 
 from kombu_ladder.relay import Relay
 
-from .helpers import queue_depth, relay_of
+from .recording import relay_of
 
 pytestmark = [pytest.mark.broker, pytest.mark.celery]
 

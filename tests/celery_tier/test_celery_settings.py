@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from celery import Celery
-from conftest import wait_for
+from helpers import queue_depth, wait_for
 
 import celery_ladder
 from celery_ladder import LadderSettings
@@ -17,7 +17,7 @@ from celery_ladder.publish import LadderAMQP, LadderTaskProducer, scheduled_coun
 from kombu_ladder.contract import CONTROL, rung_names
 from kombu_ladder.plan import MAX_DELAY
 
-from .helpers import queue_depth, relay_of
+from .recording import relay_of
 
 
 @pytest.mark.parametrize("given,expected", [
@@ -124,7 +124,7 @@ class TestDisabled:
         before = scheduled_count()
         result = celery_app.tasks["t.stamp"].apply_async(("vanilla",), countdown=4)
         assert scheduled_count() == before
-        assert all(not queue_depth(connection, name) for name in rung_names())
+        assert all(not queue_depth(connection, name, if_missing=0) for name in rung_names())
 
         def held() -> bool:
             replies = celery_app.control.inspect(destination=[celery_worker.hostname], timeout=2, limit=1)

@@ -7,9 +7,8 @@ import re
 import time
 
 import pytest
+from helpers import celery_ladder_cli, drain, vhost_url
 from kombu import Connection
-from rabbit_helpers import drain, fresh_vhost, vhost_url  # noqa: F401 - fresh_vhost is a fixture
-from test_cli import celery_ladder
 
 import celery_ladder as ladder_for_celery
 from kombu_ladder.contract import rung_names
@@ -24,7 +23,7 @@ def task_ids(conn: Connection, queue: str) -> list[str]:
     return [message.headers["id"] for message in drain(conn, queue)]
 
 
-def test_a_countdown_task_is_shown_with_its_rung_and_due_time(fresh_vhost: str) -> None:  # noqa: F811
+def test_a_countdown_task_is_shown_with_its_rung_and_due_time(fresh_vhost: str) -> None:
     url = vhost_url(fresh_vhost)
     app = ladder_for_celery.install(make_app(url))
     try:
@@ -37,7 +36,7 @@ def test_a_countdown_task_is_shown_with_its_rung_and_due_time(fresh_vhost: str) 
     with Connection(url) as conn:
         depths = {row.queue: row.messages for row in queue_depths(conn) if row.queue in rung_names()}
         wanted = sent[29]
-        done = celery_ladder(url, "show", wanted)
+        done = celery_ladder_cli(url, "show", wanted)
         assert done.returncode == 0, done.stderr
         lines = done.stdout.splitlines()
         shown = re.match(r"(\S+): message (\d+) of (\d+)$", lines[0])
@@ -57,5 +56,5 @@ def test_a_countdown_task_is_shown_with_its_rung_and_due_time(fresh_vhost: str) 
         assert sorted(sum(waiting.values(), []), key=sent.index) == sent
         for ids in waiting.values():
             assert ids == sorted(ids, key=sent.index), "each rung's order is unchanged"
-    missing = celery_ladder(url, "show", "no-such-task")
+    missing = celery_ladder_cli(url, "show", "no-such-task")
     assert missing.returncode == 1 and missing.stderr.startswith("Error: no waiting message has the id 'no-such-task'")

@@ -12,10 +12,8 @@ from typing import Any, Iterator
 import hostile_corpus as corpus
 import pytest
 from celery.utils.time import maybe_iso8601
-from conftest import wait_for
-from hostile_corpus import corpus_url  # noqa: F401 - a fixture
+from helpers import depth_on, wait_for
 from kombu import Connection
-from rabbit_helpers import fresh_vhost  # noqa: F401 - a fixture
 
 import celery_ladder
 from kombu_ladder.contract import CONTROL
@@ -27,14 +25,14 @@ pytestmark = [pytest.mark.broker, pytest.mark.celery]
 
 
 @pytest.fixture
-def publisher(corpus_url: str) -> Iterator[Any]:  # noqa: F811
+def publisher(corpus_url: str) -> Iterator[Any]:
     app = celery_ladder.install(make_app(corpus_url))
     yield app
     app.close()
 
 
 @pytest.fixture
-def worker(corpus_url: str, publisher: Any, tmp_path: Path) -> Iterator[Worker]:  # noqa: F811
+def worker(corpus_url: str, publisher: Any, tmp_path: Path) -> Iterator[Worker]:
     worker = Worker(corpus_url, tmp_path)
     try:
         wait_for(lambda: counters(publisher, worker).get("relay") is True, timeout=60, interval=0.5,
@@ -51,12 +49,8 @@ def counters(app: Any, worker: Worker) -> dict[str, Any]:
     return replies[0][worker.hostname] if replies else {}
 
 
-def depth(channel: Any, queue: str) -> int:
-    return int(channel.queue_declare(queue=queue, passive=True)[1])
-
-
 def test_a_pool_ladder_worker_survives_the_corpus_and_runs_a_task_on_time_afterwards(
-    corpus_url: str, publisher: Any, worker: Worker,  # noqa: F811
+    corpus_url: str, publisher: Any, worker: Worker,
 ) -> None:
     with Connection(corpus_url) as conn:
         channel = conn.channel()
@@ -65,7 +59,7 @@ def test_a_pool_ladder_worker_survives_the_corpus_and_runs_a_task_on_time_afterw
         for case in ordered:
             corpus.publish(channel, case)
         want = corpus.expected_depths(ordered)
-        wait_for(lambda: all(depth(channel, q) == n for q, n in want.items()) and depth(channel, CONTROL) == 0,
+        wait_for(lambda: all(depth_on(channel, q) == n for q, n in want.items()) and depth_on(channel, CONTROL) == 0,
                  60, interval=0.2, message="every message of the corpus delivered or parked")
         reasons = corpus.check_outcomes(channel, ordered)
     expected = {"delivered": sum(c.expect != "park" for c in ordered), "hops": 1, "parked": len(reasons),

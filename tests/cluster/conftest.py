@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from conftest import IN_CI, broker_reachable
+from helpers import IN_CI, broker_reachable
 
 from .clusterkit import Cluster
 

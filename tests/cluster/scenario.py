@@ -7,11 +7,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+import helpers
 from faults.faultkit import Collector, random_delays, wait_until
 from kombu import Connection, Queue
 
 from kombu_ladder import Scheduler, declare
-from kombu_ladder.contract import CONTROL, rung_names
+from kombu_ladder.contract import rung_names
 
 from .clusterkit import Cluster, RelayProcess
 
@@ -44,10 +45,7 @@ class TimedCollector(Collector):
 
 def ladder_depth(cluster: Cluster, vhost: str) -> int:
     """Messages (ready and unacked) in the rungs and the control queue, as the cluster reports them."""
-    out = cluster.any_ctl("list_queues", "-p", vhost, "name", "messages", "--no-table-headers")
-    names = set(rung_names()) | {CONTROL}
-    return sum(int(parts[1]) for parts in (line.split() for line in out.splitlines())
-               if len(parts) == 2 and parts[0] in names and parts[1].isdigit())
+    return helpers.ladder_depth(cluster.any_ctl, vhost)
 
 
 def _ra_name(vhost: str, queue: str) -> str:

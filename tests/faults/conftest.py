@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from conftest import IN_CI, broker_reachable
+from helpers import IN_CI, broker_reachable
 
 from .faultkit import NodeControl, Restartable, free_port
 

@@ -17,14 +17,14 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 from urllib.parse import quote
 
+from helpers import drain, ladder_depth, rabbitmqctl, wait_until
 from kombu import Connection, Consumer, Queue
-from rabbit_helpers import drain
 
 from kombu_ladder import Scheduler
-from kombu_ladder.contract import CONTROL, rung_names
 
+#: ``ladder_depth`` and ``wait_until`` live in tests/helpers.py; the fault tests import them from here too.
 __all__ = ["Collector", "NodeControl", "Restartable", "free_port", "WorkerProcess", "publish_numbered",
-           "random_delays", "ladder_depth", "queue_messages", "run_figures", "take_figures", "wait_until"]
+           "random_delays", "ladder_depth", "run_figures", "take_figures", "wait_until"]
 
 
 def free_port() -> int:
@@ -48,11 +48,7 @@ class NodeControl:
 
     def ctl(self, *args: str, timeout: float = 120, check: bool = True) -> str:
         """Run ``rabbitmqctl -n <this node> ...`` and return its output."""
-        done = subprocess.run(["rabbitmqctl", "-q", "-n", self.name, *args],
-                              capture_output=True, text=True, timeout=timeout)
-        if check and done.returncode != 0:
-            raise RuntimeError(f"rabbitmqctl -n {self.name} {' '.join(args)} failed: {done.stdout}{done.stderr}")
-        return done.stdout
+        return rabbitmqctl(*args, node=self.name, timeout=timeout, check=check)
 
     def await_startup(self) -> None:
         """Wait for the node to boot; ``await_startup`` fails until the node registered."""
@@ -162,29 +158,6 @@ def random_delays(low: float, high: float, seed: int) -> Callable[[int], float]:
     return lambda n: rng.uniform(low, high)
 
 
-def ladder_depth(node_ctl: Callable[..., str], vhost: str) -> int:
-    """Messages (ready and unacked) in the rungs and the control queue of ``vhost``."""
-    out = node_ctl("list_queues", "-p", vhost, "name", "messages", "--no-table-headers")
-    names = set(rung_names()) | {CONTROL}
-    total = 0
-    for line in out.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[0] in names:
-            total += int(parts[1])
-    return total
-
-
-def wait_until(condition: Callable[[], object], timeout: float, message: str,
-               on_timeout: Optional[Callable[[], str]] = None) -> None:
-    """Poll ``condition`` until truthy; raise AssertionError after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            extra = on_timeout() if on_timeout else ""
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {message}\n{extra}")
-        time.sleep(0.2)
-
-
 class Restartable:
     """A subprocess that a fault test starts, kills with SIGKILL and starts again; one log per start."""
 
@@ -272,13 +245,3 @@ def run_figures(runs: collections.Counter[int], sent: int) -> dict[str, int]:
 def take_figures(connection: Connection, queue: str, sent: int) -> dict[str, int]:
     """Take every message of ``queue`` (JSON bodies ``{"n": N}``) and count them as :func:`run_figures` does."""
     return run_figures(collections.Counter(json.loads(m.body)["n"] for m in drain(connection, queue)), sent)
-
-
-def queue_messages(node_ctl: Callable[..., str], vhost: str, queue: str) -> int:
-    """Messages (ready and unacked) in ``queue``, or 0 when it does not exist."""
-    out = node_ctl("list_queues", "-p", vhost, "name", "messages", "--no-table-headers")
-    for line in out.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[0] == queue:
-            return int(parts[1])
-    return 0

@@ -8,8 +8,8 @@ import time
 from typing import Any, Iterator
 
 import pytest
+from helpers import queue_depth as depth
 from kombu import Connection, Producer, Queue
-from rabbit_helpers import queue_depth as depth
 
 from kombu_ladder import Relay, declare
 from kombu_ladder.contract import CONTROL, MESSAGE_TYPE

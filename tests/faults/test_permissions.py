@@ -7,8 +7,8 @@ from typing import Any, Iterator
 
 import amqp
 import pytest
+from helpers import queue_depth as depth
 from kombu import Connection, Exchange, Queue
-from rabbit_helpers import queue_depth as depth
 
 from kombu_ladder import LadderProducer
 from kombu_ladder.contract import PARKING

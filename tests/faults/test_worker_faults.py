@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+from helpers import messages_by_queue
 
 from kombu_ladder.contract import PREFETCH
 
 from .apps.faultapp import make_app
 from .conftest import PrivateNode
-from .faultkit import WorkerProcess, ladder_depth, queue_messages, run_figures, wait_until
+from .faultkit import WorkerProcess, ladder_depth, run_figures, wait_until
 
 pytestmark = [pytest.mark.broker, pytest.mark.celery]
 
@@ -50,7 +51,7 @@ def send(url: str, count: int, low: float, high: float, seed: int) -> None:
 def settled(node: PrivateNode, vhost: str, worker: WorkerProcess, sent: int) -> bool:
     runs = worker.runs()
     return (len(runs) == sent and ladder_depth(node.ctl, vhost) == 0
-            and queue_messages(node.ctl, vhost, TASKS) == 0
+            and messages_by_queue(vhost, node.ctl).get(TASKS, 0) == 0
             and time.time() - worker.runs_file.stat().st_mtime > 2.0)
 
 

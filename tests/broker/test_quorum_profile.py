@@ -7,16 +7,14 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from helpers import list_queues, vhost_url
 from kombu import Connection, Consumer, Queue
-from rabbit_helpers import fresh_vhost, list_queues, vhost_url
 from test_topology import EXPECTED_QUEUES, NAMES, RecordingChannel, rung_args
 
 from kombu_ladder import Scheduler, TopologyConflict, declare
 from kombu_ladder.cli import cli
 from kombu_ladder.relay import Relay
 from kombu_ladder.topology import check_queue_type, queue_arguments
-
-__all__ = ["fresh_vhost"]  # the fixture, re-exported so pytest finds it here
 
 QUORUM_EXTRA = {"x-queue-type": "quorum", "x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"}
 

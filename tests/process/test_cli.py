@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import wait_for
+from helpers import celery_ladder_cli, list_consumers, wait_for
 from kombu import Connection, Producer, Queue
-from rabbit_helpers import list_consumers
 
 from kombu_ladder import Scheduler, declare
 from kombu_ladder.brokers import UnsupportedBroker, require_rabbitmq
@@ -29,7 +28,6 @@ from kombu_ladder.timing import HOLD_CAPACITY
 pytestmark = pytest.mark.process
 
 VENV_BIN = Path(sys.executable).parent
-CELERY_TIER = Path(__file__).parent / "celery_tier"
 UNREACHABLE = "amqp://guest:guest@127.0.0.1:1//"
 
 
@@ -41,14 +39,6 @@ def run(*args: str, timeout: float = 60, **env: str) -> subprocess.CompletedProc
 
 def cli(broker_url: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return run("--broker", broker_url, *args, timeout=timeout)
-
-
-def celery_ladder(broker_url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """``celery -A poolapp ladder ARGS`` on ``broker_url``."""
-    env = dict(os.environ, LADDER_POOL_BROKER=broker_url,
-               PYTHONPATH=os.pathsep.join([str(CELERY_TIER), os.environ.get("PYTHONPATH", "")]))
-    return subprocess.run([sys.executable, "-m", "celery", "-A", "poolapp", "ladder", *args], cwd=CELERY_TIER,
-                          env=env, capture_output=True, text=True, timeout=120)
 
 
 def one_line_error(done: subprocess.CompletedProcess[str], code: int) -> str:
@@ -234,17 +224,18 @@ def test_celery_ladder_status_prints_the_same_tables_and_tally(connection: Conne
     for reason in ("unroutable: NO_ROUTE (a)", "malformed: no due-at", "unroutable: NO_ROUTE (a)"):
         producer.publish(b"p", exchange="", routing_key=PARKING, headers={PARKED_REASON: reason})
     kombu = cli(broker_url, "status")
-    celery = celery_ladder(broker_url, "status", "--timeout", "0.2")
+    celery = celery_ladder_cli(broker_url, "status", "--timeout", "0.2")
     assert kombu.returncode == 0 and celery.returncode == 0, (kombu.stderr, celery.stderr)
     assert TALLY in celery.stdout
     assert celery.stdout.startswith(kombu.stdout)  # then the workers' table
-    assert json.loads(celery_ladder(broker_url, "status", "--json", "--timeout", "0.2").stdout)["parked_reasons"] == [
+    tally = json.loads(celery_ladder_cli(broker_url, "status", "--json", "--timeout", "0.2").stdout)
+    assert tally["parked_reasons"] == [
         {"reason": "unroutable: NO_ROUTE (a)", "count": 2}, {"reason": "malformed: no due-at", "count": 1}]
 
 
 @pytest.mark.celery
 def test_celery_ladder_status_without_a_broker_says_so_as_celery_does() -> None:
-    line = one_line_error(celery_ladder(UNREACHABLE, "status"), 69)
+    line = one_line_error(celery_ladder_cli(UNREACHABLE, "status"), 69)
     # Celery's own commands (``celery inspect``) print "Error: Could not connect to the message broker. ..."
     assert line.startswith("Error: Could not connect to the message broker at amqp://guest:**@127.0.0.1:1//.")
 
@@ -252,7 +243,7 @@ def test_celery_ladder_status_without_a_broker_says_so_as_celery_does() -> None:
 @pytest.mark.celery
 @pytest.mark.parametrize("url", ["redis://localhost:6379/0", "memory://"])
 def test_celery_ladder_refuses_a_non_rabbitmq_broker_in_one_line(url: str) -> None:
-    assert one_line_error(celery_ladder(url, "status"), 2).startswith("Error: the ladder needs RabbitMQ")
+    assert one_line_error(celery_ladder_cli(url, "status"), 2).startswith("Error: the ladder needs RabbitMQ")
 
 
 @pytest.mark.broker

@@ -14,7 +14,7 @@ import pytest
 #: Each test runs a command line or a build in a process of its own (see setup.cfg's markers).
 pytestmark = pytest.mark.process
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 #: What ``import celery_ladder`` says, on its last line, where Celery is not installed.
 HINT = 'ModuleNotFoundError: celery_ladder needs Celery: pip install "kombu-ladder[celery]"'

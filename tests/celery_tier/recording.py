@@ -1,4 +1,4 @@
-"""Celery-tier helpers: recording tasks, queue depths and the worker's relay."""
+"""The Celery tier's recording tasks, its task queues and the embedded worker's relay."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from conftest import purge
+from helpers import purge
 from kombu import Connection
 
-__all__ = ["TASK_QUEUES", "Run", "Recorder", "register_tasks", "purge_queues", "relay_of", "queue_depth"]
+__all__ = ["TASK_QUEUES", "Run", "Recorder", "register_tasks", "purge_queues", "relay_of"]
 
 #: Task queues the tests use; emptied before each test so leftovers never reach another test.
 TASK_QUEUES = ("celery", "reports", "events.created", "urgent", "fresh")
@@ -98,17 +98,3 @@ def purge_queues(broker_url: str, names: tuple[str, ...] = TASK_QUEUES) -> None:
 def relay_of(worker: Any) -> Any:
     """The relay bootstep of an embedded worker (None when it does not run one)."""
     return getattr(worker.consumer, "ladder_relay", None)
-
-
-def queue_depth(connection: Connection, name: str) -> Optional[int]:
-    """Messages in queue ``name``, or None when it does not exist."""
-    channel = connection.channel()
-    try:
-        return channel.queue_declare(name, passive=True).message_count
-    except connection.channel_errors:
-        return None
-    finally:
-        try:
-            channel.close()
-        except Exception:  # noqa: BLE001
-            pass

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/ lives at the repository root
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # bench/ lives at the repository root
 
 from bench.common import Config, payload, percentile, summarize  # noqa: E402
 from bench.report import ms, render  # noqa: E402

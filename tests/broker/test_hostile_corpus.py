@@ -16,10 +16,8 @@ from typing import Any, Callable
 
 import hostile_corpus as corpus
 import pytest
-from conftest import wait_for
-from hostile_corpus import corpus_url  # noqa: F401 - a fixture
+from helpers import depth_on, wait_for
 from kombu import Connection
-from rabbit_helpers import fresh_vhost  # noqa: F401 - a fixture
 
 from kombu_ladder import Relay, declare
 from kombu_ladder.contract import CONTROL
@@ -27,10 +25,6 @@ from kombu_ladder.simulator import SimulatedBroker
 
 #: How long (seconds; virtual on the simulator) the relay may take over the whole corpus.
 DEADLINE = 60
-
-
-def depth(channel: Any, queue: str) -> int:
-    return int(channel.queue_declare(queue=queue, passive=True)[1])
 
 
 def run_corpus(channel: Any, now_ms: int, wait: Callable[[Callable[[], Any], str], Any]) -> list[corpus.Case]:
@@ -41,7 +35,7 @@ def run_corpus(channel: Any, now_ms: int, wait: Callable[[Callable[[], Any], str
     for case in ordered:
         corpus.publish(channel, case)
     want = corpus.expected_depths(ordered)
-    wait(lambda: all(depth(channel, q) == n for q, n in want.items()) and depth(channel, CONTROL) == 0,
+    wait(lambda: all(depth_on(channel, q) == n for q, n in want.items()) and depth_on(channel, CONTROL) == 0,
          "every message of the corpus delivered or parked")
     return ordered
 
@@ -67,7 +61,7 @@ def no_raw_control_characters(records: list[logging.LogRecord]) -> None:
 
 
 @pytest.fixture
-def relay_on(corpus_url: str) -> Iterator[Relay]:  # noqa: F811
+def relay_on(corpus_url: str) -> Iterator[Relay]:
     relay = Relay(Connection(corpus_url))
     thread = threading.Thread(target=relay.run, daemon=True)
     thread.start()
@@ -81,7 +75,7 @@ def relay_on(corpus_url: str) -> Iterator[Relay]:  # noqa: F811
 
 @pytest.mark.broker
 def test_the_standalone_relay_survives_the_corpus_and_seals_every_fate(
-    corpus_url: str, relay_on: Relay, caplog: pytest.LogCaptureFixture,  # noqa: F811
+    corpus_url: str, relay_on: Relay, caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO)
     peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -20,10 +20,9 @@ from urllib.parse import unquote
 import click
 import pytest
 from celery import Celery, concurrency
-from conftest import wait_for
 from docs_blocks import Block, Command, blocks, commands_of, inline_commands, is_excerpt
+from helpers import list_queues, queue_depth, temporary_vhost, vhost_url, wait_for
 from kombu import Connection
-from rabbit_helpers import fresh_vhost, queue_depth, vhost_url  # noqa: F401 - fresh_vhost is a fixture
 
 from celery_ladder import cli as celery_ladder_cli
 from celery_ladder.settings import ALLOWED_EXCHANGES, SETTINGS
@@ -33,7 +32,7 @@ from kombu_ladder.contract import CONTROL
 from kombu_ladder.depths import queue_depths
 from kombu_ladder.plan import MAX_DELAY
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 
 
@@ -263,9 +262,7 @@ def _check_the_policy_applies_to_the_rungs(printed: str, shell: Shell) -> None:
 
 
 def _policies(vhost: str) -> dict[str, dict[str, Any]]:
-    out = subprocess.run(["rabbitmqctl", "-q", "list_queues", "-p", vhost, "name", "policy", "--formatter", "json"],
-                         check=True, capture_output=True, text=True, timeout=60).stdout
-    return {row["name"]: row for row in json.loads(out or "[]")}
+    return list_queues(vhost, "policy")
 
 
 def _check_inspect_scheduled_is_0(printed: str, shell: Shell) -> None:
@@ -306,9 +303,7 @@ def _prepare(block: Block, shell: Shell) -> None:
 
 
 @pytest.fixture
-def two_vhosts(fresh_vhost: str) -> Iterator[list[str]]:  # noqa: F811 - the fixture
-    from conftest import temporary_vhost
-
+def two_vhosts(fresh_vhost: str) -> Iterator[list[str]]:
     with temporary_vhost(f"{fresh_vhost}-green") as green:
         yield [vhost_url(fresh_vhost), vhost_url(green)]
 
@@ -392,7 +387,7 @@ def test_the_index_and_readme_celery_snippets_are_the_same_program() -> None:
 
 @pytest.mark.broker
 @pytest.mark.parametrize("block", [b for b in PYTHON if not is_excerpt(b)], ids=lambda b: b.id)
-def test_every_python_snippet_runs(block: Block, fresh_vhost: str, tmp_path: Path) -> None:  # noqa: F811
+def test_every_python_snippet_runs(block: Block, fresh_vhost: str, tmp_path: Path) -> None:
     url = vhost_url(fresh_vhost)
     source = block.text.replace(LOCAL_BROKER, url)
     env = dict(os.environ, PYTHONPATH=str(ROOT))

@@ -15,7 +15,7 @@ from kombu_ladder.metrics import LadderCollector
 from kombu_ladder.relay import Counters
 from kombu_ladder.sampler import QueueSampler
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 DASHBOARD = DOCS / "grafana" / "ladder.json"
 
 

@@ -7,10 +7,9 @@ import time
 from typing import Any
 
 import pytest
-from conftest import wait_for
+from helpers import queue_depth as depth
+from helpers import vhost_url, wait_for
 from kombu import Connection, Exchange, Queue
-from rabbit_helpers import fresh_vhost, vhost_url  # noqa: F401 - fresh_vhost is a fixture
-from rabbit_helpers import queue_depth as depth
 
 from kombu_ladder import LadderProducer, Relay
 from kombu_ladder.contract import CONTROL, DUE_AT, PARKED_REASON, PARKING, TARGET_EXCHANGE, TARGET_ROUTING_KEY
@@ -36,7 +35,7 @@ def fill_blue(blue: Connection) -> dict[str, int]:
 
 
 def test_move_empties_blue_and_green_relay_places_each_message_by_its_due_time(
-    connection: Connection, fresh_vhost: str,  # noqa: F811 - the fixture
+    connection: Connection, fresh_vhost: str,
 ) -> None:
     blue = connection
     expected = fill_blue(blue)
@@ -87,7 +86,7 @@ def test_move_empties_blue_and_green_relay_places_each_message_by_its_due_time(
 
 
 def test_move_with_a_limit_leaves_the_rest_on_blue(
-    connection: Connection, fresh_vhost: str,  # noqa: F811 - the fixture
+    connection: Connection, fresh_vhost: str,
 ) -> None:
     producer = LadderProducer(connection.default_channel)
     for i in range(5):
@@ -107,7 +106,7 @@ def test_move_refuses_a_bad_limit(connection: Connection) -> None:
 
 
 def test_kombu_ladder_move_subcommand(
-    connection: Connection, broker_url: str, fresh_vhost: str,  # noqa: F811 - the fixture
+    connection: Connection, broker_url: str, fresh_vhost: str,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     from kombu_ladder.cli import main as cli

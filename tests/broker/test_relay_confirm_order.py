@@ -6,9 +6,8 @@ import socket
 import time
 
 import pytest
-from conftest import wait_for
+from helpers import queue_depth, wait_for
 from kombu import Connection, Producer, Queue
-from rabbit_helpers import queue_depth
 
 from kombu_ladder import declare
 from kombu_ladder.contract import CONTROL, MESSAGE_TYPE

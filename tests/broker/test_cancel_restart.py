@@ -9,8 +9,8 @@ from typing import Iterator
 
 import pytest
 from backends import Arrivals, RabbitBackend, declare_target, depth
-from conftest import wait_for
 from faults.faultkit import Restartable
+from helpers import wait_for
 from kombu import Connection
 
 from kombu_ladder import Scheduler, declare
@@ -18,7 +18,7 @@ from kombu_ladder.contract import CONTROL, rung_names
 
 pytestmark = pytest.mark.broker
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class RelayProcess(Restartable):

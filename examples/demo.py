@@ -1,4 +1,8 @@
-"""``make demo``: schedule mixed delays, longest first, and watch the short ones overtake."""
+"""``make demo``: schedule mixed delays, longest first, and watch the short ones overtake.
+
+A scenario to run from a clone (``make demo``, or ``python examples/demo.py``), not
+part of the installed package: it shows the library, as the other examples do.
+"""
 
 from __future__ import annotations
 
@@ -11,10 +15,10 @@ from typing import Any, Callable, Optional, Sequence
 
 from kombu import Connection, Consumer, Queue
 
-from .brokers import DEFAULT_BROKER
-from .contract import describe
-from .scheduler import Scheduler
-from .timing import HOLD_WINDOW, forecast
+from kombu_ladder import Scheduler
+from kombu_ladder.brokers import DEFAULT_BROKER
+from kombu_ladder.contract import describe
+from kombu_ladder.timing import HOLD_WINDOW, forecast
 
 __all__ = ["main", "DELAYS", "Row", "run_scenario"]
 
@@ -146,7 +150,7 @@ def _run_on_rabbitmq(url: str) -> int:
 
 def _run_on_simulator() -> Optional[int]:
     try:
-        from .simulator import SimulatedBroker  # noqa: PLC0415 - optional until it lands
+        from kombu_ladder.simulator import SimulatedBroker
     except ImportError:
         return None
     # Expiries a couple of milliseconds late, as on RabbitMQ, so the run hops and arrives as it would there.
@@ -172,7 +176,7 @@ def _reachable(url: str) -> Optional[str]:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the demo; return the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m kombu_ladder.demo", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python examples/demo.py", description=__doc__)
     parser.add_argument("--broker", default=os.environ.get("LADDER_DEMO_BROKER", DEFAULT_BROKER))
     parser.add_argument("--simulator", action="store_true", help="use the in-memory simulator even if a broker is up")
     args = parser.parse_args(argv)

@@ -17,7 +17,7 @@ import pytest
 from amqp import spec
 from amqp.exceptions import PreconditionFailed
 from backends import SimulatorBackend
-from conftest import purge
+from helpers import depth_on, purge
 from kombu import Connection
 
 from kombu_ladder import LadderProducer, Relay, declare
@@ -26,10 +26,6 @@ from kombu_ladder.relay import RelayCore
 
 #: Valid messages around each hostile one.
 AROUND = 10
-
-
-def depth(channel: Any, queue: str) -> int:
-    return int(channel.queue_declare(queue=queue, passive=True)[1])
 
 
 def bodies(channel: Any, queue: str) -> Counter[bytes]:
@@ -94,7 +90,7 @@ def test_parks_into_a_deleted_parking_queue_declare_it_again_and_lose_nothing(re
                        "7 parked, 7 delivered")
     assert sorted(bodies(channel, PARKING)) == [b"malformed %d" % n for n in range(7)]
     assert bodies(channel, corpus.VALID_QUEUE) == Counter(b"valid-%d" % n for n in range(7))
-    assert depth(channel, CONTROL) == 0 and runner.core.outstanding == 0
+    assert depth_on(channel, CONTROL) == 0 and runner.core.outstanding == 0
 
 
 def test_a_park_the_broker_refuses_is_not_acked_and_succeeds_once_parking_works_again(relay: Any) -> None:
@@ -115,7 +111,7 @@ def test_a_park_the_broker_refuses_is_not_acked_and_succeeds_once_parking_works_
     backend.wait_until(lambda: runner.counters.parked == 1 and not runner.core.pending.jobs, 30,
                        "the park tried again after its back-off")
     assert bodies(channel, PARKING) == Counter([b"unparkable for now"])
-    assert depth(channel, CONTROL) == 0
+    assert depth_on(channel, CONTROL) == 0
 
 
 def test_an_exchange_deleted_inside_the_trust_window_parks_its_message_and_duplicates_nothing(relay: Any) -> None:
@@ -124,7 +120,7 @@ def test_an_exchange_deleted_inside_the_trust_window_parks_its_message_and_dupli
     channel.queue_declare(queue="hostile.gone.q", durable=True, auto_delete=False)
     channel.queue_bind("hostile.gone.q", "hostile.gone", "")
     corpus.publish(channel, to("hostile.gone", b"while it existed", due(backend)))
-    backend.wait_until(lambda: depth(channel, "hostile.gone.q") == 1, 20, "a delivery: the exchange is trusted now")
+    backend.wait_until(lambda: depth_on(channel, "hostile.gone.q") == 1, 20, "a delivery: the exchange is trusted now")
     channel.exchange_delete("hostile.gone")
     now = due(backend)
     for n in range(AROUND):
@@ -138,7 +134,7 @@ def test_an_exchange_deleted_inside_the_trust_window_parks_its_message_and_dupli
     [(raw, body)] = corpus.take_raw(channel, PARKING)
     assert body == b"after it was deleted"
     assert "NOT_FOUND" in corpus.decoded(raw)["application_headers"]["x-ladder-parked-reason"]
-    assert depth(channel, CONTROL) == 0 and runner.core.outstanding == 0
+    assert depth_on(channel, CONTROL) == 0 and runner.core.outstanding == 0
 
 
 def test_an_internal_exchange_no_check_reveals_closes_one_channel_and_nothing_else(relay: Any) -> None:
@@ -164,7 +160,7 @@ def test_an_internal_exchange_no_check_reveals_closes_one_channel_and_nothing_el
     reasons = [corpus.decoded(r)["application_headers"]["x-ladder-parked-reason"]
                for r, _ in corpus.take_raw(channel, PARKING)]
     assert len(reasons) == 2 and all("internal exchange" in r for r in reasons), reasons
-    assert depth(channel, CONTROL) == 0 and runner.core.outstanding == 0
+    assert depth_on(channel, CONTROL) == 0 and runner.core.outstanding == 0
 
 
 def test_identical_messages_in_flight_together_are_each_delivered_or_parked_once(relay: Any) -> None:
@@ -191,7 +187,7 @@ def test_a_storm_to_one_missing_exchange_asks_the_broker_a_handful_of_times(rela
         corpus.publish(channel, to("hostile.missing.storm", b"storm %d" % n, now))
     backend.wait_until(lambda: runner.counters.parked == 1000, 60, "the storm parked")
     assert runner.exchange_check.asked <= 20, f"{runner.exchange_check.asked} questions for one missing exchange"
-    assert depth(channel, PARKING) == 1000 and depth(channel, CONTROL) == 0
+    assert depth_on(channel, PARKING) == 1000 and depth_on(channel, CONTROL) == 0
 
 
 @pytest.fixture

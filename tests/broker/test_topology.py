@@ -6,12 +6,10 @@ from typing import Any
 
 import pytest
 from amqp.exceptions import PreconditionFailed
+from helpers import list_bindings, list_exchanges, list_queues, vhost_url
 from kombu import Connection, Queue
-from rabbit_helpers import fresh_vhost, list_bindings, list_exchanges, list_queues, vhost_url
 
 from kombu_ladder import LadderProducer, TopologyConflict, declare
-
-__all__ = ["fresh_vhost"]  # the fixture, re-exported so pytest finds it here
 
 NAMES = [
     "acemq.schedule.1h",

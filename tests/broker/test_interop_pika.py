@@ -9,12 +9,10 @@ from urllib.parse import quote
 
 import pika
 import pytest
+from helpers import list_queues, vhost_url
 from kombu import Connection
-from rabbit_helpers import fresh_vhost, list_queues, vhost_url
 
 from kombu_ladder import Scheduler, declare
-
-__all__ = ["fresh_vhost"]  # the fixture, re-exported so pytest finds it here
 
 pytestmark = pytest.mark.broker
 
@@ -23,7 +21,7 @@ RUNGS = [(3600, "acemq.schedule.1h"), (600, "acemq.schedule.10m"), (60, "acemq.s
 
 
 def pika_connection(vhost: str) -> pika.BlockingConnection:
-    from conftest import BROKER_HOST, BROKER_PORT
+    from helpers import BROKER_HOST, BROKER_PORT
 
     return pika.BlockingConnection(pika.URLParameters(
         f"amqp://guest:guest@{BROKER_HOST}:{BROKER_PORT}/{quote(vhost, safe='')}"))

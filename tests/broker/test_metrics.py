@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from amqp.channel import Channel as AmqpChannel
-from conftest import wait_for
+from helpers import wait_for
 from kombu import Connection, Queue
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families

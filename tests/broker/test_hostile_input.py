@@ -11,9 +11,9 @@ import time
 from typing import Any, Callable, Iterator, Optional
 
 import pytest
-from conftest import wait_for
+from helpers import queue_depth as depth
+from helpers import wait_for
 from kombu import Connection, Exchange, Producer, Queue
-from rabbit_helpers import queue_depth as depth
 
 from kombu_ladder import Relay, declare
 from kombu_ladder.contract import (

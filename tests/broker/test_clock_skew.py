@@ -6,7 +6,7 @@ import json
 import time
 
 import pytest
-from conftest import wait_for
+from helpers import wait_for
 from kombu import Connection, Queue
 
 from kombu_ladder import LadderProducer, Scheduler

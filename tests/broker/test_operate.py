@@ -9,9 +9,8 @@ import threading
 from typing import Any, Iterator
 
 import pytest
-from conftest import wait_for
+from helpers import celery_ladder_cli, drain, list_queues, vhost_url, wait_for
 from kombu import Connection
-from rabbit_helpers import drain, fresh_vhost, list_queues, vhost_url  # noqa: F401 - fresh_vhost is a fixture
 
 from kombu_ladder import LadderProducer, declare
 from kombu_ladder.contract import CONTROL, PARKING, rung_name, rung_names
@@ -90,7 +89,7 @@ def relay_in(request: pytest.FixtureRequest) -> Iterator[Any]:
 
 
 @pytest.mark.broker
-def test_check_fails_without_a_relay_and_passes_with_one(fresh_vhost: str, relay_in: Any) -> None:  # noqa: F811
+def test_check_fails_without_a_relay_and_passes_with_one(fresh_vhost: str, relay_in: Any) -> None:
     url = vhost_url(fresh_vhost)
     undeclared = run(url, "check")
     assert (undeclared.returncode, undeclared.stdout) == (1, "")
@@ -110,7 +109,7 @@ def test_check_fails_without_a_relay_and_passes_with_one(fresh_vhost: str, relay
 
 
 @pytest.mark.broker
-def test_check_names_a_queue_declared_against_the_contract_and_changes_nothing(fresh_vhost: str) -> None:  # noqa: F811
+def test_check_names_a_queue_declared_against_the_contract_and_changes_nothing(fresh_vhost: str) -> None:
     url = vhost_url(fresh_vhost)
     with Connection(url) as conn:
         declare(conn)
@@ -133,15 +132,13 @@ def test_check_names_a_queue_declared_against_the_contract_and_changes_nothing(f
 
 
 @pytest.mark.broker
-def test_celery_ladder_check_uses_the_apps_broker(fresh_vhost: str) -> None:  # noqa: F811
-    from test_cli import celery_ladder
-
+def test_celery_ladder_check_uses_the_apps_broker(fresh_vhost: str) -> None:
     url = vhost_url(fresh_vhost)
     with Connection(url) as conn:
         declare(conn)
-    done = celery_ladder(url, "check")
+    done = celery_ladder_cli(url, "check")
     assert (done.returncode, done.stderr) == (1, "Error: ladder unhealthy: no relay consumes acemq.schedule.due\n")
-    assert celery_ladder(url, "check", "--min-relays", "0").returncode == 0
+    assert celery_ladder_cli(url, "check", "--min-relays", "0").returncode == 0
 
 
 # -- find ----------------------------------------------------------------------------------------------
@@ -151,7 +148,7 @@ def drain_ids(conn: Connection, queue: str) -> list[str]:
 
 
 @pytest.mark.broker
-def test_find_shows_the_rung_and_due_time_and_leaves_the_queue_as_it_was(fresh_vhost: str) -> None:  # noqa: F811
+def test_find_shows_the_rung_and_due_time_and_leaves_the_queue_as_it_was(fresh_vhost: str) -> None:
     url = vhost_url(fresh_vhost)
     rung = rung_name(600)
     with Connection(url) as conn:
@@ -178,7 +175,7 @@ def test_find_shows_the_rung_and_due_time_and_leaves_the_queue_as_it_was(fresh_v
 
 
 @pytest.mark.broker
-def test_status_due_bounds_what_falls_due(fresh_vhost: str) -> None:  # noqa: F811
+def test_status_due_bounds_what_falls_due(fresh_vhost: str) -> None:
     url = vhost_url(fresh_vhost)
     with Connection(url) as conn:
         producer = LadderProducer(conn.default_channel)

@@ -12,11 +12,10 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from conftest import purge
+from helpers import purge, vhost_url
 from kombu import Connection
-from rabbit_helpers import fresh_vhost, vhost_url  # noqa: F401 - fresh_vhost is a fixture
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 
 pytestmark = pytest.mark.broker
@@ -65,7 +64,7 @@ def test_kombu_producer_example_delivers_in_due_order_with_json_intact(
 
 
 @pytest.fixture
-def celery_worker_process(fresh_vhost: str) -> Iterator[tuple[str, Any]]:  # noqa: F811 - the fixture
+def celery_worker_process(fresh_vhost: str) -> Iterator[tuple[str, Any]]:
     """``celery -A celery_app worker -P ladder`` on a vhost of its own; yields (url, app)."""
     url = vhost_url(fresh_vhost)
     env = dict(os.environ, BROKER_URL=url, PYTHONPATH=os.pathsep.join([str(ROOT), str(EXAMPLES)]))
@@ -143,7 +142,7 @@ def ready_messages(url: str, queue: str) -> int:
 
 @pytest.mark.parametrize("enabled", ["true", "false"])
 def test_django_example_toggle_decides_whether_a_countdown_task_waits_in_the_ladder(
-    fresh_vhost: str, enabled: str,  # noqa: F811 - the fixture
+    fresh_vhost: str, enabled: str,
 ) -> None:
     url = vhost_url(fresh_vhost)
     done = manage("remind", "hello", "--countdown", "300", BROKER_URL=url, LADDER_ENABLED=enabled)

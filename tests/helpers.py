@@ -1,0 +1,210 @@
+"""What every test tier shares: the test broker's address, waiting on a condition, queue depths, rabbitmqctl."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional
+from urllib.parse import quote
+
+import pytest
+
+from kombu_ladder.contract import CONTROL, PARKING, rung_names
+
+__all__ = ["BROKER_HOST", "BROKER_PORT", "IN_CI", "broker_reachable", "require_broker", "wait_for", "wait_until",
+           "rabbitmqctl", "temporary_vhost", "vhost_url", "list_queues", "list_exchanges", "list_bindings",
+           "list_consumers", "messages_by_queue", "celery_ladder_cli", "ladder_depth", "queue_depth", "depth_on",
+           "drain", "purge", "purge_ladder"]
+
+BROKER_HOST = os.environ.get("LADDER_TEST_HOST", "127.0.0.1")
+BROKER_PORT = int(os.environ.get("LADDER_TEST_PORT", "5672"))
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+# -- the broker ---------------------------------------------------------------------------------
+
+def broker_reachable() -> bool:
+    try:
+        with socket.create_connection((BROKER_HOST, BROKER_PORT), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def require_broker() -> None:
+    """Skip locally, but fail under CI=true, when RabbitMQ is unreachable."""
+    if broker_reachable():
+        return
+    message = f"RabbitMQ is not reachable at {BROKER_HOST}:{BROKER_PORT}"
+    if IN_CI:
+        pytest.fail(message + " (CI=true: broker-tier tests must not skip)", pytrace=False)
+    pytest.skip(message)
+
+
+def vhost_url(vhost: str) -> str:
+    """Return the guest AMQP URL of ``vhost`` on the test broker."""
+    return f"amqp://guest:guest@{BROKER_HOST}:{BROKER_PORT}/{quote(vhost, safe='')}"
+
+
+# -- waiting ------------------------------------------------------------------------------------
+
+def wait_for(condition: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05,
+             message: str = "condition", on_timeout: Optional[Callable[[], str]] = None) -> Any:
+    """Poll ``condition`` until it is truthy and return its value; fail the test after ``timeout`` seconds,
+    adding what ``on_timeout()`` says (a log tail, a diagnosis)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            extra = f"\n{on_timeout()}" if on_timeout else ""
+            pytest.fail(f"timed out after {timeout:g}s waiting for {message}{extra}")
+        time.sleep(interval)
+
+
+def wait_until(condition: Callable[[], Any], timeout: float, message: str,
+               on_timeout: Optional[Callable[[], str]] = None) -> Any:
+    """:func:`wait_for` as the fault and cluster suites spell it: the message third, a 0.2 s poll."""
+    return wait_for(condition, timeout, 0.2, message, on_timeout)
+
+
+# -- rabbitmqctl --------------------------------------------------------------------------------
+
+def rabbitmqctl(*args: str, node: Optional[str] = None, timeout: float = 60, check: bool = True) -> str:
+    """Run ``rabbitmqctl -q [-n node] ARGS`` and return its output; raise naming the command when it fails."""
+    command = ["rabbitmqctl", "-q", *(("-n", node) if node else ()), *args]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    if check and done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed: {done.stdout}{done.stderr}")
+    return done.stdout
+
+
+def _rows(*args: str) -> list[dict[str, Any]]:
+    out = rabbitmqctl(*args, "--formatter", "json").strip()
+    return json.loads(out) if out else []
+
+
+@contextmanager
+def temporary_vhost(vhost: str) -> Iterator[str]:
+    """Create ``vhost`` with full permissions for guest; delete it afterwards."""
+    rabbitmqctl("add_vhost", vhost)
+    rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
+    try:
+        yield vhost
+    finally:
+        rabbitmqctl("delete_vhost", vhost, check=False)
+
+
+def list_queues(vhost: str, *fields: str) -> dict[str, dict[str, Any]]:
+    """Return ``{name: {"durable", "auto_delete", "exclusive", "arguments" (a dict), *fields}}`` as the broker
+    has them."""
+    rows = _rows("list_queues", "-p", vhost, "name", "durable", "auto_delete", "exclusive", "arguments", *fields)
+    return {r["name"]: {**{k: r[k] for k in ("durable", "auto_delete", "exclusive", *fields)},
+                        "arguments": {k: v for k, _type, v in r["arguments"]}} for r in rows}
+
+
+def list_exchanges(vhost: str) -> dict[str, dict[str, Any]]:
+    """Return ``{name: {"type", "durable", "auto_delete", "arguments"}}``."""
+    rows = _rows("list_exchanges", "-p", vhost, "name", "type", "durable", "auto_delete", "arguments")
+    return {r["name"]: {"type": r["type"], "durable": r["durable"], "auto_delete": r["auto_delete"],
+                        "arguments": {k: v for k, _t, v in r["arguments"]}} for r in rows}
+
+
+def list_bindings(vhost: str) -> set[tuple[str, str, str]]:
+    """Return the ``(source exchange, destination queue, routing key)`` bindings of named exchanges."""
+    rows = _rows("list_bindings", "-p", vhost, "source_name", "destination_name", "destination_kind", "routing_key")
+    return {(r["source_name"], r["destination_name"], r["routing_key"])
+            for r in rows if r["source_name"] and r["destination_kind"] == "queue"}
+
+
+def list_consumers(vhost: str) -> list[dict[str, Any]]:
+    """Return the consumers of ``vhost``: ``queue_name``, ``prefetch_count``, ``ack_required``."""
+    return _rows("list_consumers", "-p", vhost, "queue_name", "prefetch_count", "ack_required")
+
+
+def messages_by_queue(vhost: str, ctl: Callable[..., str] = rabbitmqctl) -> dict[str, int]:
+    """Messages (ready and unacked) per queue of ``vhost``, as ``ctl`` (rabbitmqctl on some node) reports them."""
+    out = ctl("list_queues", "-p", vhost, "name", "messages", "--no-table-headers")
+    return {parts[0]: int(parts[1]) for parts in (line.split() for line in out.splitlines())
+            if len(parts) == 2 and parts[1].isdigit()}
+
+
+def ladder_depth(ctl: Callable[..., str], vhost: str) -> int:
+    """Messages (ready and unacked) in the rungs and the control queue of ``vhost``."""
+    names = set(rung_names()) | {CONTROL}
+    return sum(n for name, n in messages_by_queue(vhost, ctl).items() if name in names)
+
+
+def celery_ladder_cli(broker_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``celery -A poolapp ladder ARGS`` on ``broker_url``, in a process of its own (tests/celery_tier/poolapp.py)."""
+    here = Path(__file__).resolve().parent / "celery_tier"
+    env = dict(os.environ, LADDER_POOL_BROKER=broker_url,
+               PYTHONPATH=os.pathsep.join([str(here), os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run([sys.executable, "-m", "celery", "-A", "poolapp", "ladder", *args], cwd=here,
+                          env=env, capture_output=True, text=True, timeout=120)
+
+
+# -- queues over AMQP ---------------------------------------------------------------------------
+
+_RAISE: Any = object()
+
+
+def depth_on(channel: Any, queue: str) -> int:
+    """Ready messages in ``queue``, asked passively on ``channel`` (a missing queue closes the channel)."""
+    return int(channel.queue_declare(queue=queue, passive=True)[1])
+
+
+def queue_depth(conn: Any, queue: str, *, if_missing: Any = _RAISE) -> Any:
+    """Ready messages in ``queue``, asked passively on a channel of its own; ``if_missing`` when it does not
+    exist, if given (else the channel error is raised)."""
+    channel = conn.channel()
+    try:
+        return depth_on(channel, queue)
+    except conn.channel_errors:
+        if if_missing is _RAISE:
+            raise
+        return if_missing
+    finally:
+        try:
+            channel.close()
+        except Exception:  # noqa: BLE001 - closed by the broker on a missing queue
+            pass
+
+
+def drain(conn: Any, queue: str) -> list[Any]:
+    """Take every message of ``queue`` (destructively), head first; return them (py-amqp messages)."""
+    channel = conn.channel()
+    messages = []
+    try:
+        while (message := channel.basic_get(queue, no_ack=True)) is not None:
+            messages.append(message)
+    finally:
+        channel.close()
+    return messages
+
+
+def purge(conn: Any, *queues: str) -> None:
+    """Empty each of ``queues`` that exists (a missing one is fine)."""
+    for name in queues:
+        channel = conn.channel()
+        try:
+            channel.queue_purge(name)
+        except conn.channel_errors:
+            pass
+        finally:
+            try:
+                channel.close()
+            except Exception:  # noqa: BLE001 - closed by the broker on a missing queue
+                pass
+
+
+def purge_ladder(conn: Any) -> None:
+    """Empty every ladder queue that exists, so one test's leftovers never reach another."""
+    purge(conn, *rung_names(), CONTROL, PARKING)
