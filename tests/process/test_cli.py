@@ -19,7 +19,15 @@ from kombu import Connection, Producer, Queue
 from kombu_ladder import Scheduler, declare
 from kombu_ladder.brokers import UnsupportedBroker, require_rabbitmq
 from kombu_ladder.cli import main
-from kombu_ladder.contract import CONTROL, PARKED_REASON, PARKING, rung_names
+from kombu_ladder.contract import (
+    CONTROL,
+    DUE_AT,
+    PARKED_REASON,
+    PARKING,
+    TARGET_EXCHANGE,
+    TARGET_ROUTING_KEY,
+    rung_names,
+)
 from kombu_ladder.plan import delay_seconds
 from kombu_ladder.simulator import SimulatedBroker
 from kombu_ladder.timing import HOLD_CAPACITY
@@ -97,8 +105,9 @@ def test_replay_with_a_negative_limit_is_a_usage_error() -> None:
                     "(see 'python -m kombu_ladder replay --help')")
 
 
-@pytest.mark.parametrize("args", [["relay", "--prefetch", "0"], ["status", "--parked", "-3"],
-                                  ["move", "--to", "amqp://x//", "--limit", "0"], ["status", "--nope"],
+@pytest.mark.parametrize("args", [["relay", "--prefetch", "0"], ["relay", "--max-delay", "0"],
+                                  ["status", "--parked", "-3"], ["move", "--to", "amqp://x//", "--limit", "0"],
+                                  ["status", "--nope"],
                                   ["nope"], ["--log-level", "LOUD", "status"]])
 def test_bad_options_are_one_usage_line(args: list[str]) -> None:
     line = one_line_error(run(*args), 2)
@@ -115,7 +124,7 @@ def test_help_describes_every_command_without_markup() -> None:
     relay = run("relay", "--help")
     assert relay.returncode == 0, relay.stderr
     assert "Run a relay on --broker until SIGTERM or SIGINT" in relay.stdout
-    for option in ("--broker URL", "--log-level", "--prefetch", "--report-every", "--allow-exchange"):
+    for option in ("--broker URL", "--log-level", "--prefetch", "--max-delay", "--report-every", "--allow-exchange"):
         assert option in relay.stdout
 
 
@@ -304,3 +313,29 @@ def test_a_too_long_countdown_is_shown_in_plain_digits(given: float, shown: str)
         delay_seconds(given, argument="countdown")
     assert str(error.value).startswith(f"{shown} is longer than the maximum")
     assert "e+" not in str(error.value)
+
+
+@pytest.mark.broker
+def test_relay_max_delay_parks_a_message_due_further_ahead(connection: Connection, broker_url: str,
+                                                            tmp_path: Path) -> None:
+    declare(connection)
+    parking = Queue(PARKING, durable=True).bind(connection.default_channel)
+    parking.purge()
+    log = tmp_path / "relay.log"
+    with log.open("w") as sink:
+        proc = subprocess.Popen([sys.executable, "-m", "kombu_ladder", "relay", "--broker", broker_url,
+                                 "--max-delay", "60"], stdout=sink, stderr=subprocess.STDOUT,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        wait_for(lambda: "relay consuming from acemq.schedule.due" in log.read_text(), 30,
+                 message="the relay subprocess to start consuming")
+        due = int(time.time() * 1000) + 2 * 3600 * 1000  # within the default ten years, past --max-delay 60
+        Producer(connection.default_channel).publish(
+            b"two hours ahead", exchange="", routing_key=CONTROL, serializer=None, delivery_mode=2,
+            headers={TARGET_EXCHANGE: "", TARGET_ROUTING_KEY: "t.cli.max-delay", DUE_AT: due})
+        parked: Any = wait_for(lambda: parking.get(no_ack=True), 20, message="the parked message")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+    assert parked.body == b"two hours ahead"
+    assert "max_delay of 60s" in parked.headers[PARKED_REASON], parked.headers[PARKED_REASON]
