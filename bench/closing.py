@@ -44,6 +44,45 @@ def _relay_cpu(results: dict[str, Any]) -> str:
     return ""
 
 
+def _burst(results: dict[str, Any]) -> list[str]:
+    burst = _s(results, "burst")
+    if not burst or (burst["p99"] is not None and burst["p99"] <= 50 and burst["arrived"] == burst["expected"]):
+        return []
+    return [f"- **Missed: burst p99 ≤ 50 ms** (p99 {ms(burst['p99'])} ms, max {ms(burst['max'])} ms, "
+            f"{burst['arrived']:,} of {burst['expected']:,} arrived). Why: the relay takes the whole burst from the "
+            f"10 s rung within about a second and publishes each held message at its due millisecond; a publish, "
+            f"its confirm and the ack of its source cost CPU on a machine whose two cores also run the broker, the "
+            f"producer and the consumer, so due times closer together than that cost queue behind each other. "
+            f"What would close it: relay capacity (a second relay process, a core of its own)."]
+
+
+def _rounds(results: dict[str, Any]) -> list[str]:
+    from .rounds import LATEST_MS, within
+
+    rounds = results.get("rounds")
+    if not rounds or "error" in rounds:
+        return []
+    out = []
+    for row in rounds["rows"]:
+        placed, late = within(row)
+        if placed and late:
+            continue
+        what = ("placements" if not placed else "lateness") + f" for countdown={row['delay_s']:,}"
+        out.append(
+            f"- **Missed: round delays, {what}** ({row['placements']} placements against {row['theory']} in theory, "
+            f"{ms(row['lateness_ms'])} ms late). Why: every rung expires {rounds['lag_ms']} ms late, so "
+            f"{row['placements']} consecutive hops gather {row['placements'] * rounds['lag_ms']} ms, and the hold "
+            f"window can only absorb a message that is early. No plan does better within the placements: searching "
+            f"every plan (any rungs, any order), the fewest placements that arrive no more than {LATEST_MS} ms late "
+            f"are {row['fewest_on_time']}. The contract forbids a per-message `expiration` in a rung, which is what "
+            f"would trim a hop by the lag. The relay keeps the theoretical placements and arrives within its last "
+            f"rung's tolerance (90 ms for the 1 h rung, a 1 ppm error over a day); when a message's gathered lag "
+            f"outgrows that tolerance it steps down a rung and is held to its due time (docs/how.rst, "
+            f"\"How late, at most\"). What would close it: a broker that expires on time, or lowering "
+            f"`kombu_ladder.timing.TOLERANCE_PPM`, which trades those ms for {row['fewest_on_time']} placements.")
+    return out
+
+
 def closing(results: dict[str, Any]) -> list[str]:
     """Markdown lines of the closing note."""
     out = ["The headline, lateness in ms under mixed delays (section 1):", "", *headline(results), ""]
@@ -100,6 +139,7 @@ def closing(results: dict[str, Any]) -> list[str]:
                 f"`kombu_ladder/producer.py` and `celery_ladder/publish.py` (owned by the core and Celery engineers; "
                 f"for example read the settings once per producer, and hand kombu the prepared body so it is not "
                 f"re-examined), then measure CPU time per publish rather than wall time on this shared machine.")
+    out += _burst(results) + _rounds(results)
     fp = results.get("footprint", {}).get("ladder")
     if fp and "error" not in fp and (fp["rss_growth_kb"] > 5 * 1024 or fp["unacked"] > 50
                                      or fp["plain_wait_ms"] is None or fp["plain_wait_ms"] > 1000):
