@@ -49,11 +49,12 @@ def _burst(results: dict[str, Any]) -> list[str]:
     if not burst or (burst["p99"] is not None and burst["p99"] <= 50 and burst["arrived"] == burst["expected"]):
         return []
     return [f"- **Missed: burst p99 ≤ 50 ms** (p99 {ms(burst['p99'])} ms, max {ms(burst['max'])} ms, "
-            f"{burst['arrived']:,} of {burst['expected']:,} arrived). Why: the relay takes the whole burst from the "
-            f"10 s rung within about a second and publishes each held message at its due millisecond; a publish, "
-            f"its confirm and the ack of its source cost CPU on a machine whose two cores also run the broker, the "
-            f"producer and the consumer, so due times closer together than that cost queue behind each other. "
-            f"What would close it: relay capacity (a second relay process, a core of its own)."]
+            f"{burst['arrived']:,} of {burst['expected']:,} arrived). Why: the relay publishes each held message "
+            f"within about a millisecond of its due time (measured outside the run: p99 1.6 ms), but the burst "
+            f"comes back from the 10 s rung as its due second starts, so the broker dead-letters the whole burst "
+            f"to the relay, takes its acks and routes the first deliveries at once, on two cores it shares with "
+            f"the relay, the producer and the consumer; deliveries wait in the broker meanwhile. "
+            f"What would close it: broker CPU (a core the clients do not share); the relay is not the bound."]
 
 
 def _rounds(results: dict[str, Any]) -> list[str]:
@@ -88,17 +89,19 @@ def closing(results: dict[str, Any]) -> list[str]:
     out = ["The headline, lateness in ms under mixed delays (section 1):", "", *headline(results), ""]
     first = len(out)
     b, b2, c, d, d2, e = (_s(results, k) for k in ("b", "b2", "c", "d", "d2", "e"))
-    if b and (b["late_50ms"] or b["arrived"] < b["expected"]):
+    if b and (b["late_50ms"] or b["arrived"] < b["expected"] or (b["p99"] is not None and b["p99"] > 20)):
         extra = ""
         peak = f" (peak {b['max_backlog']:,} waiting in the control queue)" if b.get("max_backlog") else ""
         if b2:
             extra = (f" With two relay processes {b2['late_50ms']} were (max {ms(b2['max'])} ms).")
         out.append(
-            f"- **Missed: (b) nothing late by more than 50 ms** ({b['late_50ms']} were, max {ms(b['max'])} ms). "
-            f"Why: the relay's backlog during bursts of expiries{peak}, not the rungs' TTLs.{extra}"
-            f"{_relay_cpu(results)} What would close it: more relay capacity where the bursts are (relay processes "
-            f"on cores not shared with the broker), or a relay on a faster AMQP client; the contract's algorithm is "
-            f"not the limit.")
+            f"- **Missed: (b) p99 ≤ 20 ms and max ≤ 50 ms** (p99 {ms(b['p99'])} ms, max {ms(b['max'])} ms, "
+            f"{b['late_50ms']} late by more than 50 ms). Why: not the hold timer, which publishes a held message "
+            f"within about a millisecond of its due time (measured outside the run on a quiet machine: p50 0.7 ms, "
+            f"p99 1.3 ms after due, and p99 3.2 ms from due to the consumer), nor the rungs' TTLs; the tail is "
+            f"the broker and the clients scheduled late on two shared cores while rungs release what was "
+            f"published together{peak}.{extra}{_relay_cpu(results)} What would close it: a quieter host, or cores "
+            f"not shared with the broker.")
     if d and d["p99"] is not None and d["p99"] > 20:
         others = ""
         if c and e:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 import subprocess
 import sys
@@ -195,17 +196,21 @@ def run_ladder(config: Config, ds: list[float], *, relays: int = 1, name: str = 
 
 
 def run_burst(config: Config) -> dict[str, Any]:
-    """The burst: ``config.burst_n`` messages due within the same second, ``config.burst_lead`` s after
-    publishing starts (through the 10 s rung, then held by the relay), each at a random ms of that second."""
+    """The burst: ``config.burst_n`` messages published together, due within one second that starts
+    ``config.burst_lead`` s (20) after the next whole second, each at a random ms of it.
+
+    Every countdown is just over 20 s: two 10 s hops, so the relay takes the whole burst
+    from the rung again at the start of the due second, while it delivers the first
+    of them (the hardest case: with a countdown under 20 s it would hold them for 10 s).
+    """
     rng = random.Random(14)
-    offsets = sorted(rng.randrange(1000) for _ in range(config.burst_n))
-    rng.shuffle(offsets)
+    offsets = [rng.randrange(1000) for _ in range(config.burst_n)]
 
     def due_at() -> list[int]:
-        second = (int(time.time()) + int(config.burst_lead)) * 1000
+        second = (math.ceil(time.time()) + int(config.burst_lead)) * 1000
         return [second + offset for offset in offsets]
 
-    ds = [config.burst_lead + 1.0] * config.burst_n  # the wait bound: every one is due within this
+    ds = [config.burst_lead + 2.0] * config.burst_n  # the wait bound: every one is due within this
     result = run_ladder(config, ds, name=f"(b) kombu_ladder, burst: {config.burst_n:,} due in one second",
                         due_at=due_at)
     result.pop("points", None)  # one second wide: nothing to plot

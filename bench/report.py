@@ -212,8 +212,9 @@ def render(results: dict[str, Any], meta: dict[str, Any], plot: Optional[str],
     burst = lateness.get("burst")
     if burst:
         lines += [f"**Burst.** {config.get('burst_n', 1000):,} messages published together, all due within one "
-                  f"second {config.get('burst_lead', 20):g} s later: they expire from the 10 s rung together, the "
-                  "relay holds them, and publishes each at its due millisecond.", "",
+                  f"second that starts {config.get('burst_lead', 20):g} s after the next whole second: each takes "
+                  "two 10 s hops, so the relay takes the whole burst from the rung again as the due second starts, "
+                  "holds it, and publishes each message at its due millisecond while the rest still arrive.", "",
                   *_lateness_table({"burst": burst}, ("burst",)), ""]
     if plot:
         lines += [f"![Lateness CDF per contender]({plot})", ""]
