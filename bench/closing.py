@@ -8,13 +8,15 @@ from .report import ms
 
 __all__ = ["closing", "headline"]
 
-#: Measured outside the runs, on this machine on 2026-11-30 (03:15 UTC), before commit 5a6305b, with a scratch
-#: copy of the producer that built its arguments from precomputed defaults instead of inspect.Signature.bind.
-SIDE_PUBLISH = ("Until commit 5a6305b, `LadderProducerMixin.publish` bound every call to `Producer.publish`'s "
-                "signature with `inspect.Signature.bind`; in a side experiment (7 alternating rounds of 2,000 "
-                "publishes, twice) that took a delayed publish from 226–260 µs to 354–390 µs, against 175–215 µs "
-                "for `Producer.publish`. That commit removed it from the common path (the core measured 0.63× → "
-                "0.84× in CPU time), and this run includes it.")
+#: Measured outside the runs, on this machine on 2026-12-01 (15:41 UTC, load 0.8), 11 alternating rounds of 3,000
+#: publishes, median CPU time per publish (/tmp script: Producer.publish of the very message the ladder sends).
+SIDE_PUBLISH = ("What bounds it, measured outside the run (11 alternating rounds of 3,000 publishes, median CPU "
+                "time): a plain `Producer.publish` took 41.2 µs; the same call publishing the message the contract "
+                "asks for (the four `x-schedule-*` headers, `type`, the rung's exchange and routing key) 46.2 µs, "
+                "0.89× before the ladder does anything; `LadderProducer.publish(countdown=)` 63.8 µs. The ladder's "
+                "own work, with kombu's publish stubbed out, is 8.8 µs (it was about 21 µs before issue 14: "
+                "names checked and rung names built on every call, the topology lock, abstract-class checks of the "
+                "countdown); the rest is kombu and py-amqp encoding and sending a bigger message.")
 
 
 def _s(results: dict[str, Any], key: str) -> Optional[dict[str, Any]]:
@@ -134,14 +136,14 @@ def closing(results: dict[str, Any]) -> list[str]:
                 continue
             explained = True
             out.append(
-                f"- **Missed: `{label}` ≥ 0.9×** ({ratio:.2f}×). Why: a delayed publish does more than a plain "
-                f"one: it validates the countdown or eta, serializes the body itself, builds the four `x-schedule-*` "
+                f"- **Missed: `{label}` ≥ 0.9×** ({ratio:.2f}×) in CPU time per publish. Why: a delayed publish "
+                f"does more than a plain one: it validates the countdown or eta, builds the four `x-schedule-*` "
                 f"headers and `type`, checks that the topology was declared on this connection, and sends a larger "
-                f"header frame; Celery's path also reads the ladder settings and parses the task's `eta` back from "
-                f"its header for every task. {SIDE_PUBLISH} What would close it: trim that per-call work in "
-                f"`kombu_ladder/producer.py` and `celery_ladder/publish.py` (owned by the core and Celery engineers; "
-                f"for example read the settings once per producer, and hand kombu the prepared body so it is not "
-                f"re-examined), then measure CPU time per publish rather than wall time on this shared machine.")
+                f"header frame; Celery's path also reads the ladder settings and the task's `eta` back from its "
+                f"header for every task. {SIDE_PUBLISH} What would close it: encoding the rung message's properties "
+                f"ourselves and handing py-amqp the bytes, as the relay does, instead of kombu's generic path; that "
+                f"changes how every delayed publish reaches the wire, so it was left for a measured change of its "
+                f"own.")
     out += _burst(results) + _rounds(results)
     fp = results.get("footprint", {}).get("ladder")
     if fp and "error" not in fp and (fp["rss_growth_kb"] > 5 * 1024 or fp["unacked"] > 50
