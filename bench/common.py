@@ -63,16 +63,18 @@ class Config:
     scale_due: int  #: messages falling due at once
     repeats: int  #: rounds per publish measurement (medians are reported)
     relay_repeats: int  #: paired raw/ours relay rounds (the median ratio is reported)
+    burst_n: int = 1000  #: messages of the kombu burst, all due within the same second
+    burst_lead: float = 20.0  #: seconds from publishing to that second (through the 10 s rung, then held)
 
     @classmethod
     def full(cls) -> "Config":
         """The sizes the issue asks for."""
-        return cls("full", 2000, 500, 75.0, 60.0, 20_000, 90.0, 5_000, 3_000, 100_000, 100_000, 5, 5)
+        return cls("full", 2000, 500, 75.0, 60.0, 20_000, 90.0, 5_000, 3_000, 100_000, 100_000, 5, 5, 1000, 20.0)
 
     @classmethod
     def quick(cls) -> "Config":
         """A reduced run that finishes in a few minutes."""
-        return cls("quick", 300, 100, 25.0, 20.0, 2_000, 20.0, 3_000, 2_000, 10_000, 10_000, 3, 3)
+        return cls("quick", 300, 100, 25.0, 20.0, 2_000, 20.0, 3_000, 2_000, 10_000, 10_000, 3, 3, 500, 20.0)
 
 
 def log(message: str) -> None:

@@ -16,7 +16,7 @@ from kombu.pools import ProducerPool
 
 from kombu_ladder.producer import LadderProducerMixin, target_name
 
-from .settings import read_bool, read_max_delay, read_queue_type
+from .settings import MAX_DELAY_SETTING, as_max_delay, read_bool, read_queue_type
 
 __all__ = ["LadderAMQP", "LadderTaskProducer", "NATIVE_DELAYED_PREFIX", "ROUTE_OPTION", "scheduled_count",
            "shared_counter", "task_eta"]
@@ -72,6 +72,16 @@ def task_eta(value: Any, timezone: Any) -> datetime:
     Raises:
         ValueError: the header is not an ISO 8601 date and time.
     """
+    if type(value) is str:  # what Celery writes: ``eta.isoformat()``, read by the C parser
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            parsed = None
+        # only a string that is exactly an isoformat() output: there every ISO 8601 reader
+        # (the worker's dateutil.isoparse included) reads the same moment
+        if parsed is not None and parsed.isoformat() == value and parsed.tzinfo is not None \
+                and parsed.tzinfo.utcoffset(parsed) is not None:
+            return parsed
     try:
         eta = maybe_iso8601(value)
     except (AttributeError, ValueError, TypeError) as exc:
@@ -81,6 +91,39 @@ def task_eta(value: Any, timezone: Any) -> datetime:
     if eta.tzinfo is not None and eta.tzinfo.utcoffset(eta) is not None:
         return eta
     return maybe_make_aware(eta, timezone() if callable(timezone) else timezone)
+
+
+_MISSING = object()
+
+
+def conf_value(conf: Any, name: str, cache: dict[str, Any]) -> Any:
+    """``conf.get(name)``, looked up the way Celery's settings do it, without its exceptions.
+
+    Celery's ``conf.get`` tries each spelling of a name in each layer of the
+    configuration and raises a ``KeyError`` for every miss: about 6 µs for a
+    ``ladder_*`` setting left at its default, on every task sent. Here the
+    spellings are worked out once per configuration object (kept in ``cache``)
+    and the layers are read with ``get``; the value is read afresh on every call,
+    so a setting changed at run time (``app.conf.ladder_enabled = False``) applies
+    at once. Anything but Celery's ``Settings`` is read with its own ``get``.
+    """
+    maps = getattr(conf, "maps", None)
+    entry = cache.get(name)
+    # a configuration that is loaded late (Celery's PendingConfiguration) changes its layers and prefix in place
+    if entry is None or entry[0] is not conf or entry[1] is not maps or entry[2] != getattr(conf, "prefix", None):
+        to_keys: Any = getattr(conf, "_to_keys", None)
+        key_t: Any = getattr(conf, "key_t", _MISSING)
+        if to_keys is None or key_t is _MISSING or not isinstance(maps, list):
+            return conf.get(name)
+        keys = tuple(dict.fromkeys(key_t(k) if key_t is not None else k for k in to_keys(name)))
+        entry = cache[name] = (conf, maps, getattr(conf, "prefix", None), keys)
+    keys = entry[3]
+    for mapping in maps:
+        for key in keys:
+            value = mapping.get(key, _MISSING)
+            if value is not _MISSING:
+                return value
+    return None
 
 
 def _is_task_message(headers: Any) -> bool:
@@ -101,10 +144,15 @@ class LadderTaskProducer(LadderProducerMixin, Producer):
     #: The Celery app whose settings and timezone apply; set on a per-app subclass.
     app: Any = None
 
+    #: How :func:`conf_value` spells each setting in the app's configuration (per app, see LadderAMQP).
+    _conf_keys: dict[str, Any] = {}
+
     @property
     def max_delay(self) -> float:  # type: ignore[override]  # a setting here, an attribute in kombu_ladder
         """The app's ``ladder_max_delay`` (seconds), read when an ETA task is published."""
-        return read_max_delay(self.app.conf) if self.app is not None else super().max_delay
+        if self.app is None:
+            return super().max_delay
+        return as_max_delay(conf_value(self.app.conf, MAX_DELAY_SETTING[0], self._conf_keys))
 
     @property
     def queue_type(self) -> str:  # type: ignore[override]  # a setting here, an attribute in kombu_ladder
@@ -130,7 +178,7 @@ class LadderTaskProducer(LadderProducerMixin, Producer):
         if not _is_task_message(headers) or not headers.get("eta") or self.app is None:
             return None
         conf = self.app.conf
-        if not read_bool(conf, "ladder_enabled"):
+        if not read_bool({"ladder_enabled": conf_value(conf, "ladder_enabled", self._conf_keys)}, "ladder_enabled"):
             return None
         exchange = kwargs.get("exchange")
         if target_name(exchange if exchange is not None else self.exchange).startswith(NATIVE_DELAYED_PREFIX):
@@ -195,7 +243,7 @@ class LadderAMQP(AMQP):
     @cached_property
     def Producer(self) -> type:  # type: ignore[override]  # noqa: N802 - Celery's attribute name
         """This app's producer class."""
-        return type("LadderTaskProducer", (LadderTaskProducer,), {"app": self.app})
+        return type("LadderTaskProducer", (LadderTaskProducer,), {"app": self.app, "_conf_keys": {}})
 
     @property
     def producer_pool(self) -> ProducerPool:
@@ -219,7 +267,9 @@ class LadderAMQP(AMQP):
         def send_task_message(producer: Any, name: str, message: Any, **kwargs: Any) -> Any:
             route = kwargs.pop(ROUTE_OPTION, None)
             eta = message.headers.get("eta")
-            if eta and route and read_bool(conf, "ladder_enabled") and undo_native_rewrite(kwargs, route):
+            # the setting is read only for a task Celery readdressed to native delayed delivery
+            if eta and route and _is_native(kwargs.get("exchange")) and read_bool(conf, "ladder_enabled") \
+                    and undo_native_rewrite(kwargs, route):
                 logger.debug("task %s: the ladder delays it instead of native delayed delivery", name)
             if not isinstance(producer, LadderProducerMixin) and eta:
                 producer = ladder_producer(

@@ -107,6 +107,12 @@ def describe_limit(seconds: float) -> str:
 
 def _as_seconds(value: object, argument: str) -> float:
     """Return a real number of seconds or a timedelta as finite float seconds."""
+    kind = type(value)
+    if kind is int or kind is float:  # the common case, without the abstract-class checks below
+        seconds = float(value)  # type: ignore[arg-type]  # an int or a float, checked just above
+        if seconds - seconds != 0:  # NaN or an infinity
+            raise ValueError(f"{argument} must be a finite number of seconds, not {value!r}")
+        return seconds
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, Real) and not isinstance(value, bool):

@@ -14,7 +14,7 @@ from kombu import Exchange, Producer
 
 from .brokers import clock_of
 from .compat import PUBLISH_OPTIONS
-from .contract import EXCHANGE, MESSAGE_TYPE, rung_name
+from .contract import EXCHANGE, MESSAGE_TYPE, RUNGS, rung_name
 from .envelope import scheduled_headers
 from .plan import MAX_DELAY, Delay, check_max_delay, due_at_ms, place
 from .targets import is_internal, name_problem
@@ -26,6 +26,14 @@ __all__ = ["LadderProducerMixin", "LadderProducer", "target_name"]
 logger = logging.getLogger(__name__)
 
 _PUBLISH = inspect.signature(Producer.publish)
+
+#: Queue name per rung, computed once (a delayed publish names its rung on every call).
+_RUNG_NAMES: dict[int, str] = {rung: rung_name(rung) for rung in RUNGS}
+
+#: Targets (exchange, routing key) found deliverable: names are checked once, not on every publish.
+_GOOD_TARGETS: set[tuple[str, str]] = set()
+#: How many :data:`_GOOD_TARGETS` are kept at most (a producer that makes up routing keys should not grow it).
+_GOOD_TARGETS_MAX = 4096
 
 #: Underlying connections the ladder topology has been declared on.
 _declared: "weakref.WeakSet[Any]" = weakref.WeakSet()
@@ -69,6 +77,19 @@ def _publish_arguments(producer: Any, body: Any, routing_key: Optional[str], arg
     params["body"] = body
     params["routing_key"] = routing_key
     return params, properties
+
+
+def _check_target(exchange: str, routing_key: str) -> None:
+    """Refuse a target the relay would park when due; remember one that is fine."""
+    for argument, what, name in (("exchange", "exchange", exchange), ("routing_key", "routing key", routing_key)):
+        problem = name_problem(what, name)
+        if problem is None and what == "exchange" and is_internal(name):
+            problem = "exchange is internal to RabbitMQ, which refuses every publish to it"
+        if problem is not None:  # the relay would park it when due: refuse it now
+            raise ValueError(f"{argument} {quote(name, limit=60)} cannot be delivered to: the {problem}")
+    if len(_GOOD_TARGETS) >= _GOOD_TARGETS_MAX:
+        _GOOD_TARGETS.clear()
+    _GOOD_TARGETS.add((exchange, routing_key))
 
 
 class LadderProducerMixin:
@@ -125,12 +146,8 @@ class LadderProducerMixin:
             raise TypeError(f"routing_key must be a str, not {type(routing_key).__name__}")
         if not exchange and not routing_key:
             raise ValueError("routing_key is required when publishing to the default exchange ('')")
-        for argument, what, name in (("exchange", "exchange", exchange), ("routing_key", "routing key", routing_key)):
-            problem = name_problem(what, name)
-            if problem is None and what == "exchange" and is_internal(name):
-                problem = "exchange is internal to RabbitMQ, which refuses every publish to it"
-            if problem is not None:  # the relay would park it when due: refuse it now
-                raise ValueError(f"{argument} {quote(name, limit=60)} cannot be delivered to: the {problem}")
+        if (exchange, routing_key) not in _GOOD_TARGETS:
+            _check_target(exchange, routing_key)
 
         headers = dict(params["headers"] or {})
         body, content_type, content_encoding = self._prepare(  # type: ignore[attr-defined]
@@ -151,10 +168,13 @@ class LadderProducerMixin:
             logger.debug("expiration=%r is not carried into a rung (%s)", params["expiration"], exchange)
         _, mode = self._delivery_details(exchange, params["delivery_mode"])  # type: ignore[attr-defined]
         self.declare_ladder()
-        properties = {k: v for k, v in properties.items() if k not in ("type", "expiration")}
-        logger.debug("scheduling for %d into %s -> %r/%r", due, rung_name(rung), exchange, routing_key)
+        if "type" in properties or "expiration" in properties:
+            properties = {k: v for k, v in properties.items() if k not in ("type", "expiration")}
+        queue = _RUNG_NAMES[rung]
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("scheduling for %d into %s -> %r/%r", due, queue, exchange, routing_key)
         return super().publish(  # type: ignore[misc]
-            body, rung_name(rung), exchange=EXCHANGE,
+            body, queue, exchange=EXCHANGE,
             headers=scheduled_headers(
                 headers, exchange=exchange, routing_key=routing_key, due_at=due,
                 content_type=content_type, delivery_mode=mode,
@@ -166,8 +186,11 @@ class LadderProducerMixin:
         """Declare the ladder topology once per underlying broker connection."""
         channel = self.channel  # type: ignore[attr-defined]
         key = getattr(channel, "connection", None)
+        if key is not None and self.__dict__.get("_ladder_declared_on") is key:
+            return  # this producer saw it declared on this very connection (the common case, without the lock)
         with _declared_lock:
             if key is not None and key in _declared:
+                self.__dict__["_ladder_declared_on"] = key
                 return
         # Declare on a channel of its own when the kombu Connection is at hand,
         # so a conflict does not kill the channel this producer publishes on.
@@ -176,6 +199,7 @@ class LadderProducerMixin:
         if key is not None:
             with _declared_lock:
                 _declared.add(key)
+            self.__dict__["_ladder_declared_on"] = key
 
 
 class LadderProducer(LadderProducerMixin, Producer):

@@ -29,12 +29,24 @@ class Job:
     headers: Any = None
     #: The publish that will settle it (a delivery, hop, retry or park).
     publish: Optional["Publish"] = None
-    #: Its publish was confirmed: it may be acked.
-    done: bool = False
     #: Why it is parked (its ``x-ladder-parked-reason``); counted by reason once confirmed.
     park_reason: str = ""
     #: Failed attempts of its current publish (nacked parks or hops), for the back-off.
     attempts: int = 0
+    _done: bool = field(default=False, repr=False)
+    #: The :class:`Pending` that tracks it: told when it finishes, so that a release finds it at once.
+    _owner: Optional["Pending"] = field(default=None, repr=False)
+
+    @property
+    def done(self) -> bool:
+        """Its publish was confirmed (or it was dropped): it may be acked."""
+        return self._done
+
+    @done.setter
+    def done(self, value: bool) -> None:
+        if value and not self._done and self._owner is not None:
+            self._owner._finished.append(self)
+        self._done = value
 
 
 @dataclass(eq=False)
@@ -75,12 +87,15 @@ class Pending:
     _keys: dict[Key, Publish] = field(default_factory=dict)
     _held: dict[Key, "deque[Publish]"] = field(default_factory=dict)
     _seq: int = 0
+    #: Jobs finished since the last :meth:`release`, in the order they finished.
+    _finished: list[Job] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.sent) + sum(len(q) for q in self._held.values())
 
     def track(self, job: Job) -> Job:
         """Record ``job``, just taken from the control queue."""
+        job._owner = self
         self.jobs[job.tag] = job
         return job
 
@@ -138,6 +153,7 @@ class Pending:
     def forget_jobs(self) -> None:
         """The consuming channel is gone: the broker took its messages back, so none may be acked."""
         self.jobs.clear()
+        self._finished.clear()
 
     def release(self) -> tuple[Optional[int], list[int]]:
         """Remove every finished job; return the tag to ack with ``multiple`` and the tags to ack alone.
@@ -145,8 +161,11 @@ class Pending:
         The finished jobs at the front (in consumption order) are acked with one
         ``multiple`` ack; finished jobs behind an unfinished one (a park waiting
         for its back-off, say) are acked one by one, so that they do not wait.
+        It costs what was finished since the last release, not the window: a relay
+        holding 2,000 messages at the front settles a hop without walking past them.
         """
         jobs = self.jobs
+        finished, self._finished = self._finished, []
         last = None
         while jobs:
             job = next(iter(jobs.values()))
@@ -154,9 +173,12 @@ class Pending:
                 break
             jobs.popitem(last=False)
             last = job.tag
-        singles = [tag for tag, job in jobs.items() if job.done]
-        for tag in singles:
-            del jobs[tag]
+        singles = []
+        for job in finished:  # the finished ones the front did not take: behind an unfinished job
+            if job.done and jobs.get(job.tag) is job:
+                del jobs[job.tag]
+                singles.append(job.tag)
+        singles.sort()  # consumption order (delivery tags grow on a channel)
         return last, singles
 
     def waiting(self) -> Iterator[Job]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from kombu_ladder.relay.pending import Job, Pending, Publish
 
 
@@ -101,3 +103,40 @@ def test_forgetting_the_jobs_leaves_nothing_to_ack() -> None:
     j.done = True
     pending.forget_jobs()
     assert pending.release() == (None, [])
+
+
+def test_a_release_costs_what_finished_since_the_last_not_the_window(monkeypatch: Any) -> None:
+    """Issue 14: held messages sit unfinished at the front; settling a hop behind them must not walk past them."""
+    reads = 0
+    plain = Job.done
+
+    def counted(j: Job) -> bool:
+        nonlocal reads
+        reads += 1
+        return plain.fget(j)  # type: ignore[attr-defined, no-any-return]
+
+    monkeypatch.setattr(Job, "done", property(counted, plain.fset))  # type: ignore[attr-defined]
+    pending = Pending()
+    for tag in range(1, 2001):  # held: unfinished for seconds
+        pending.track(job(tag))
+    hops = [pending.track(job(tag)) for tag in range(2001, 2101)]
+    for hop in hops:
+        hop.done = True
+        reads = 0
+        assert pending.release() == (None, [hop.tag])
+        assert reads <= 3, f"{reads} reads of Job.done for one settled hop"
+    assert len(pending.jobs) == 2000
+
+
+def test_a_job_finished_twice_or_unfinished_again_is_acked_once_and_only_when_done() -> None:
+    pending = Pending()
+    a, b, c = (pending.track(job(tag)) for tag in (1, 2, 3))
+    c.done = True
+    c.done = True
+    b.done = True
+    b.done = False  # not finished after all (no caller does this; release must still not ack it)
+    assert pending.release() == (None, [3])
+    assert pending.release() == (None, [])
+    a.done = b.done = True
+    assert pending.release() == (2, [])
+    assert not pending.jobs

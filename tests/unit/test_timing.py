@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from kombu_ladder.contract import RUNGS
@@ -101,6 +103,15 @@ def test_lateness_does_not_grow_with_hops_when_the_lag_outgrows_the_tolerance(de
     rungs, arrival = forecast(delay_ms, lag_ms=lag_ms, hold_window_ms=10_000)
     assert arrival == 0  # it stepped down and was held to its due time
     assert len(rungs) < len(hops_for(delay_ms / 1000)) * 2  # the step-down costs hops, not lateness
+
+
+def test_no_plan_of_24_hours_in_25_placements_or_fewer_is_within_50_ms_at_3_ms_a_hop() -> None:
+    """The bound docs/how.rst states, by brute force over every multiset of rungs (not bench/rounds.py's search)."""
+    delay, lag, window = DAY * 1000, 3, 10_000
+    for n in range(1, 26):
+        for plan in itertools.combinations_with_replacement(RUNGS, n):
+            end = sum(plan) * 1000 + n * lag
+            assert not delay - window < end <= delay + 50, plan
 
 
 def test_without_holding_the_residual_is_delivered_up_to_a_second_early() -> None:
