@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import threading
@@ -30,10 +31,6 @@ _PUBLISH = inspect.signature(Producer.publish)
 #: Queue name per rung, computed once (a delayed publish names its rung on every call).
 _RUNG_NAMES: dict[int, str] = {rung: rung_name(rung) for rung in RUNGS}
 
-#: Targets (exchange, routing key) found deliverable: names are checked once, not on every publish.
-_GOOD_TARGETS: set[tuple[str, str]] = set()
-#: How many :data:`_GOOD_TARGETS` are kept at most (a producer that makes up routing keys should not grow it).
-_GOOD_TARGETS_MAX = 4096
 
 #: Underlying connections the ladder topology has been declared on.
 _declared: "weakref.WeakSet[Any]" = weakref.WeakSet()
@@ -79,17 +76,17 @@ def _publish_arguments(producer: Any, body: Any, routing_key: Optional[str], arg
     return params, properties
 
 
+# Targets found deliverable are remembered, so names are checked once, not on every publish; a refused one
+# raises, which lru_cache does not remember. Bounded: a producer that makes up routing keys does not grow it.
+@functools.lru_cache(maxsize=4096)
 def _check_target(exchange: str, routing_key: str) -> None:
-    """Refuse a target the relay would park when due; remember one that is fine."""
+    """Refuse a target the relay would park when due."""
     for argument, what, name in (("exchange", "exchange", exchange), ("routing_key", "routing key", routing_key)):
         problem = name_problem(what, name)
         if problem is None and what == "exchange" and is_internal(name):
             problem = "exchange is internal to RabbitMQ, which refuses every publish to it"
         if problem is not None:  # the relay would park it when due: refuse it now
             raise ValueError(f"{argument} {quote(name, limit=60)} cannot be delivered to: the {problem}")
-    if len(_GOOD_TARGETS) >= _GOOD_TARGETS_MAX:
-        _GOOD_TARGETS.clear()
-    _GOOD_TARGETS.add((exchange, routing_key))
 
 
 class LadderProducerMixin:
@@ -146,8 +143,7 @@ class LadderProducerMixin:
             raise TypeError(f"routing_key must be a str, not {type(routing_key).__name__}")
         if not exchange and not routing_key:
             raise ValueError("routing_key is required when publishing to the default exchange ('')")
-        if (exchange, routing_key) not in _GOOD_TARGETS:
-            _check_target(exchange, routing_key)
+        _check_target(exchange, routing_key)
 
         headers = dict(params["headers"] or {})
         body, content_type, content_encoding = self._prepare(  # type: ignore[attr-defined]
