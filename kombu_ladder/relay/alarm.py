@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-__all__ = ["Alarm"]
+__all__ = ["Alarm", "Schedule"]
+
+#: ``schedule(seconds, callback)``: set one timer entry in a driver's loop; return it (``cancel()``), or anything.
+Schedule = Callable[[float, Callable[[], None]], Any]
 
 
 class Alarm:
@@ -26,7 +29,7 @@ class Alarm:
     object with ``cancel()``, or anything); ``clock`` is the relay's clock.
     """
 
-    def __init__(self, schedule: Callable[[float, Callable[[], None]], Any], fire: Callable[[], None],
+    def __init__(self, schedule: Schedule, fire: Callable[[], None],
                  clock: Callable[[], float]) -> None:
         self._schedule = schedule
         self._fire = fire

@@ -16,7 +16,6 @@ from ..plan import MAX_DELAY, check_max_delay
 from ..text import escape, quote
 from ..timing import HOLD_CAPACITY, HOLD_WINDOW
 from . import link, outgoing
-from .alarm import Alarm
 from .cancelwatch import CancelWatch
 from .closes import ChannelCloses
 from .counters import AllowList, Counters
@@ -128,7 +127,7 @@ class RelayCore(ChannelCloses, Residuals):
         # issue 14: a driver that keeps virtual time (the simulator) wakes the relay for held messages
         timers = getattr(getattr(self._consume, "connection", None), "ladder_timers", None)
         if timers is not None:
-            self.wakeup = Alarm(lambda seconds, fire: timers(fire)(seconds), self.fire, self.clock)
+            self.wake_with(lambda seconds, fire: timers(fire)(seconds))
 
     def _open_publisher(self) -> None:
         channel = link.sibling(self._consume)

@@ -13,7 +13,6 @@ from ..plan import MAX_DELAY
 from ..targets import ExchangeCheck
 from ..timing import HOLD_CAPACITY, HOLD_WINDOW
 from ..topology import declare
-from .alarm import Alarm
 from .core import RelayConsumer, RelayCore
 from .counters import Counters
 
@@ -115,8 +114,7 @@ class DrivenRelay:
             return False
         self._later = later
         if self.core.wakeup is None:  # the simulator's virtual timers, when it is one, were set by start()
-            # one pending entry at a time: in a worker they share the hub's timer with the tasks' ETAs
-            self.core.wakeup = Alarm(later, self.core.fire, self.core.clock)
+            self.core.wake_with(later)
 
         def tick_again() -> None:
             if self._later is later:  # neither stopped nor started again since
@@ -149,9 +147,8 @@ class DrivenRelay:
         """Stop taking expiries and ticking, :meth:`drain`, and close the consuming channel (held messages go
         back to the broker)."""
         if self._later is not None:
-            wakeup, self._later, self.core.wakeup = self.core.wakeup, None, None
-            if isinstance(wakeup, Alarm):
-                wakeup.cancel()
+            self._later = None
+            self.core.wake_with(None)
         consumer, self._consumer = self._consumer, None
         if consumer is None:
             return

@@ -7,6 +7,7 @@ from typing import Any, Callable, Optional
 
 from .. import timing
 from ..timing import HOLD
+from .alarm import Alarm, Schedule
 from .holding import Held
 from .pending import Publish
 from .settle import CONNECTION_ERRORS, guarded
@@ -33,8 +34,9 @@ class Residuals:
     _consume: Any
     held: Held
     hold_window_ms: int
-    #: Called with seconds from now when a new earliest message is held (a driver's timer), or None.
-    wakeup: Optional[Callable[[float], None]]
+    #: Called with seconds from now when a new earliest message is held (a driver's timer), or None;
+    #: set with :meth:`wake_with`.
+    wakeup: Optional[Alarm]
     #: Set by :meth:`_plan` when it decided to hold: the due time (epoch ms), until the decision is used.
     _hold_due: Optional[int]
 
@@ -60,6 +62,17 @@ class Residuals:
             return
         if self.held.add(due, publish) and self.wakeup is not None:
             self.wakeup(max(0.0, due / 1000 - self.clock()))
+
+    def wake_with(self, schedule: Optional[Schedule]) -> None:
+        """Have a driver's timer run :meth:`fire` when held messages fall due, or stop that (None).
+
+        ``schedule(seconds, callback)`` sets one entry in the driver's loop. The
+        relay keeps at most one pending (:class:`~kombu_ladder.relay.alarm.Alarm`):
+        in a Celery worker they share the hub's timer with the tasks' ETAs.
+        """
+        if self.wakeup is not None:
+            self.wakeup.cancel()
+        self.wakeup = None if schedule is None else Alarm(schedule, self.fire, self.clock)
 
     def next_wakeup(self) -> Optional[float]:
         """Seconds until the earliest held message is due (0 when it is), or None when none is held."""
