@@ -113,9 +113,15 @@ def conf_value(conf: Any, name: str, cache: dict[str, Any]) -> Any:
     if entry is None or entry[0] is not conf or entry[1] is not maps or entry[2] != getattr(conf, "prefix", None):
         to_keys: Any = getattr(conf, "_to_keys", None)
         key_t: Any = getattr(conf, "key_t", _MISSING)
-        if to_keys is None or key_t is _MISSING or not isinstance(maps, list):
+        # A layer that is not a dict yet is Celery's PendingConfiguration: reading it loads the configuration,
+        # which may bring a namespace (config_from_object(..., namespace="CELERY")) and so other spellings
+        # than those worked out now. Let conf.get load it; the spellings are worked out once it has.
+        if (to_keys is None or key_t is _MISSING or not isinstance(maps, list)
+                or not all(isinstance(mapping, dict) for mapping in maps)):
             return conf.get(name)
-        keys = tuple(dict.fromkeys(key_t(k) if key_t is not None else k for k in to_keys(name)))
+        # Celery 5.7's _to_keys lists the old-style spellings (conf._keys) too; 5.3-5.6's leaves them to __getitem__
+        spellings = [*to_keys(name), *(convert(name) for convert in (getattr(conf, "_keys", None) or ()))]
+        keys = tuple(dict.fromkeys(key_t(k) if key_t is not None else k for k in spellings))
         entry = cache[name] = (conf, maps, getattr(conf, "prefix", None), keys)
     keys = entry[3]
     for mapping in maps:

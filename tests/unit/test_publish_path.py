@@ -24,10 +24,12 @@ def _apps() -> list[Any]:
     spaced.config_from_object({"CELERY_LADDER_ENABLED": False, "ladder_max_delay": 5, "CELERY_TIMEZONE": "UTC"},
                               namespace="CELERY")
     pending = celery.Celery("pending", set_as_current=False)  # not configured yet
-    return [plain, spaced, pending]
+    old_style = celery.Celery("old", set_as_current=False)  # Celery 3 spellings, which Celery still reads
+    old_style.config_from_object({"CELERY_TIMEZONE": "Europe/Paris", "CELERY_DEFAULT_QUEUE": "jobs"})
+    return [plain, spaced, pending, old_style]
 
 
-@pytest.mark.parametrize("app", _apps(), ids=["plain", "namespace", "pending"])
+@pytest.mark.parametrize("app", _apps(), ids=["plain", "namespace", "pending", "old-style"])
 def test_conf_value_reads_what_conf_get_reads_and_follows_changes_at_run_time(app: Any) -> None:
     cache: dict[str, Any] = {}
     conf = app.conf
