@@ -43,8 +43,9 @@ class RabbitBackend:
 class SimulatorBackend:
     """The in-memory simulator on a virtual clock: the same interface as :class:`RabbitBackend`.
 
-    :meth:`wait_until` moves the virtual clock forward in small steps (never
-    past the next expiry) until the condition holds; nothing sleeps. Messages
+    :meth:`wait_until` moves the virtual clock from one event (expiry or timer)
+    to the next, or in small steps when none is pending, until the condition
+    holds; nothing sleeps. Messages
     expire 2 ms late, as on RabbitMQ, so hop counts come out as they do there.
     """
 
@@ -79,10 +80,14 @@ class SimulatorBackend:
             now = broker.now_ms
             if now >= deadline:
                 pytest.fail(f"timed out after {timeout:g}s (virtual) waiting for {message}")
-            until = min(deadline, now + step)
+            # Nothing changes between two events (an expiry, or a timer such as the relay's hold alarm):
+            # jump to the next one, which is exact and costs one step however far it is; with none
+            # pending, creep forward ``interval`` at a time for whatever a thread is about to do.
             expiry = broker.next_expiry()
-            if expiry is not None:
-                until = max(now + 1, min(until, round(expiry * 1000)))
+            if expiry is None:
+                until = min(deadline, now + step)
+            else:
+                until = max(now + 1, min(deadline, round(expiry * 1000)))
             broker.advance((until - now) / 1000)
 
     def close(self) -> None:
