@@ -114,6 +114,9 @@ def test_a_bad_setting_fails_the_publish(celery_app: Any) -> None:
 class TestDisabled:
     """ladder_enabled=False: Celery's own path, and the worker holds the task in memory."""
 
+    #: Seconds until the vanilla task is due; the worker must be seen holding it before then.
+    COUNTDOWN = 10
+
     @pytest.fixture
     def celery_overrides(self) -> dict[str, Any]:
         return {"ladder_enabled": False}
@@ -122,7 +125,9 @@ class TestDisabled:
     @pytest.mark.celery
     def test_vanilla_behaviour_is_restored(self, celery_app: Any, celery_worker: Any, connection: Any) -> None:
         before = scheduled_count()
-        result = celery_app.tasks["t.stamp"].apply_async(("vanilla",), countdown=4)
+        # The window to see it held: long enough for a few inspect round trips (each waits up to 2 s for
+        # a reply a busy worker may not send in time), so a slow first reply does not outlast the countdown.
+        result = celery_app.tasks["t.stamp"].apply_async(("vanilla",), countdown=self.COUNTDOWN)
         assert scheduled_count() == before
         assert all(not queue_depth(connection, name, if_missing=0) for name in rung_names())
 
@@ -131,8 +136,8 @@ class TestDisabled:
             scheduled = (replies.scheduled() or {}).get(celery_worker.hostname, [])
             return any(entry["request"]["id"] == result.id for entry in scheduled)
 
-        wait_for(held, timeout=5, message="the worker to hold the ETA task in memory (vanilla Celery)")
-        wait_for(lambda: celery_app.recorder.of("vanilla"), timeout=15, message="the vanilla task")
+        wait_for(held, timeout=self.COUNTDOWN - 1, message="the worker to hold the ETA task in memory (vanilla Celery)")
+        wait_for(lambda: celery_app.recorder.of("vanilla"), timeout=self.COUNTDOWN + 10, message="the vanilla task")
         run = celery_app.recorder.of("vanilla")[0]
         assert run.at >= time.time() - 15 and run.eta is not None
         assert relay_of(celery_worker) is not None, "ladder_enabled does not switch the relay off"
