@@ -19,7 +19,8 @@ from kombu_ladder.contract import CONTROL, PARKING, rung_names
 
 __all__ = ["BROKER_HOST", "BROKER_PORT", "IN_CI", "broker_reachable", "require_broker", "wait_for", "wait_until",
            "rabbitmqctl", "temporary_vhost", "vhost_url", "list_queues", "list_exchanges", "list_bindings",
-           "list_consumers", "messages_by_queue", "celery_ladder_cli", "ladder_depth", "queue_depth", "depth_on",
+           "list_consumers", "messages_by_queue", "celery_ladder_cli", "ladder_counters", "wait_for_counters",
+           "ladder_depth", "queue_depth", "depth_on",
            "drain", "purge", "purge_ladder"]
 
 BROKER_HOST = os.environ.get("LADDER_TEST_HOST", "127.0.0.1")
@@ -73,6 +74,35 @@ def wait_until(condition: Callable[[], Any], timeout: float, message: str,
                on_timeout: Optional[Callable[[], str]] = None) -> Any:
     """:func:`wait_for` as the fault and cluster suites spell it: the message third, a 0.2 s poll."""
     return wait_for(condition, timeout, 0.2, message, on_timeout)
+
+
+# -- Celery workers' relay counters -------------------------------------------------------------
+
+def ladder_counters(app: Any, hostnames: Any, timeout: float = 2.0) -> dict[str, dict[str, Any]]:
+    """What each named worker answers to ``celery inspect ladder``; a worker that did not answer is missing."""
+    hostnames = list(hostnames)
+    replies = app.control.broadcast("ladder", reply=True, timeout=timeout, limit=len(hostnames),
+                                    destination=hostnames)
+    return {host: counters for reply in replies or () for host, counters in reply.items()}
+
+
+def wait_for_counters(app: Any, hostnames: Any, condition: Callable[[dict[str, dict[str, Any]]], Any],
+                      message: str, timeout: float = 30.0) -> dict[str, dict[str, Any]]:
+    """Ask until every named worker answers and ``condition(counters)`` holds, and return the counters.
+
+    A relay counts a delivery when the broker confirms it, which can come after the task has run
+    and returned its result; and a busy worker may not answer one broadcast in time.
+    """
+    hostnames = list(hostnames)
+    seen: dict[str, dict[str, Any]] = {}
+
+    def answered() -> Any:
+        seen.clear()
+        seen.update(ladder_counters(app, hostnames))
+        return set(hostnames) <= set(seen) and condition(seen)
+
+    wait_for(answered, timeout, interval=0.2, message=message, on_timeout=lambda: f"last counters: {seen}")
+    return dict(seen)
 
 
 # -- rabbitmqctl --------------------------------------------------------------------------------

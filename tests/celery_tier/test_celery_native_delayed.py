@@ -16,7 +16,7 @@ from typing import Any, Iterator
 import celery
 import pytest
 from celery.utils.time import maybe_iso8601
-from helpers import list_exchanges, messages_by_queue, vhost_url, wait_for
+from helpers import list_exchanges, messages_by_queue, vhost_url, wait_for, wait_for_counters
 
 import celery_ladder
 from celery_ladder.publish import NATIVE_DELAYED_PREFIX, scheduled_count
@@ -72,8 +72,10 @@ def test_the_ladder_delays_instead_of_native_delayed_delivery_and_runs_each_task
     stats = publisher.control.inspect(destination=[worker.hostname], timeout=5, limit=1).stats()
     assert stats[worker.hostname]["total"] == {"nativeapp.when": len(DELAYS)}, "a task ran twice (or never)"
     assert sum(waiting(vhost, NATIVE_DELAYED_PREFIX).values()) == 0
-    ladder = publisher.control.broadcast("ladder", reply=True, timeout=2, limit=1, destination=[worker.hostname])
-    assert ladder[0][worker.hostname]["delivered"] == len(DELAYS)
+    # a delivery is counted once confirmed, which may come after the task ran
+    ladder = wait_for_counters(publisher, [worker.hostname], lambda c: c[worker.hostname]["delivered"] >= len(DELAYS),
+                               message="the relay to count its confirmed deliveries")
+    assert ladder[worker.hostname]["delivered"] == len(DELAYS)
 
 
 def test_with_ladder_enabled_false_native_delayed_delivery_takes_over(native_setup: tuple[str, Any, Worker]) -> None:
@@ -89,5 +91,5 @@ def test_with_ladder_enabled_false_native_delayed_delivery_takes_over(native_set
     assert len(levels) == 28 and set(levels) <= {"0", "1"} and key == NATIVE_KEY, got["routing_key"]
     stats = publisher.control.inspect(destination=[worker.hostname], timeout=5, limit=1).stats()
     assert stats[worker.hostname]["total"] == {"nativeapp.when": 1}
-    ladder = publisher.control.broadcast("ladder", reply=True, timeout=2, limit=1, destination=[worker.hostname])
-    assert ladder[0][worker.hostname]["delivered"] == 0, "the ladder relayed a task native delayed delivery had"
+    ladder = wait_for_counters(publisher, [worker.hostname], lambda c: True, message="the worker's ladder counters")
+    assert ladder[worker.hostname]["delivered"] == 0, "the ladder relayed a task native delayed delivery had"

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 
 import pytest
 from celery.utils.time import maybe_iso8601
-from helpers import purge_ladder, queue_depth, vhost_url, wait_for
+from helpers import purge_ladder, queue_depth, vhost_url, wait_for, wait_for_counters
 from kombu import Connection, Producer, Queue
 
 import celery_ladder
@@ -170,22 +170,23 @@ def test_two_workers_make_competing_relays_without_duplicates(broker_url: str, p
     second = Worker(broker_url, tmp_path_factory.mktemp("second-worker"))
     workers = [pool_worker.hostname, second.hostname]
 
-    def counters() -> dict[str, dict[str, Any]]:
-        replies = publisher.control.broadcast("ladder", reply=True, timeout=2, limit=2, destination=workers)
-        return {host: c for reply in replies for host, c in reply.items()}
-
     try:
-        wait_for(lambda: counters().get(second.hostname, {}).get("relay") is True, timeout=60, interval=0.5,
-                 message="the second worker's relay")
-        before = counters()
+        before = wait_for_counters(publisher, workers, lambda c: c[second.hostname].get("relay") is True,
+                                   timeout=60, message="the second worker's relay")
         when = publisher.tasks["poolapp.when"]
         results = [when.apply_async(countdown=1.5 + (i % 10) * 0.3, queue=POOL_QUEUE) for i in range(40)]
         for result in results:
             result.get(timeout=30)
-        after = counters()
+
+        def delivered_since(counters: dict[str, dict[str, Any]]) -> dict[str, int]:
+            return {host: counters[host]["delivered"] - before[host]["delivered"] for host in workers}
+
+        # the tasks have run; the relays count a delivery once its confirm is in, which may be a moment later
+        after = wait_for_counters(publisher, workers, lambda c: sum(delivered_since(c).values()) >= len(results),
+                                  message="both relays to count the confirmed deliveries")
     finally:
         assert second.stop() == 0, second.output()
-    delivered = {host: after[host]["delivered"] - before[host]["delivered"] for host in workers}
+    delivered = delivered_since(after)
     assert sum(delivered.values()) == len(results), f"each task is delivered exactly once: {delivered}"
     assert all(n > 0 for n in delivered.values()), f"both relays take part: {delivered}"
 
