@@ -113,9 +113,10 @@ def conf_value(conf: Any, name: str, cache: dict[str, Any]) -> Any:
     if entry is None or entry[0] is not conf or entry[1] is not maps or entry[2] != getattr(conf, "prefix", None):
         to_keys: Any = getattr(conf, "_to_keys", None)
         key_t: Any = getattr(conf, "key_t", _MISSING)
-        # A layer that is not a dict yet is Celery's PendingConfiguration: reading it loads the configuration,
-        # which may bring a namespace (config_from_object(..., namespace="CELERY")) and so other spellings
-        # than those worked out now. Let conf.get load it; the spellings are worked out once it has.
+        # A layer that is not a dict yet is Celery's PendingConfiguration. Its get() loads the configuration
+        # on Python <= 3.11 but answers the default without loading on 3.12+ (UserDict.get asks __contains__
+        # first), and loading may bring a namespace (config_from_object(..., namespace="CELERY")), so other
+        # spellings than those worked out now. Let conf.get load it; the spellings are worked out after.
         if (to_keys is None or key_t is _MISSING or not isinstance(maps, list)
                 or not all(isinstance(mapping, dict) for mapping in maps)):
             return conf.get(name)
