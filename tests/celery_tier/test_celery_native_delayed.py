@@ -16,7 +16,7 @@ from typing import Any, Iterator
 import celery
 import pytest
 from celery.utils.time import maybe_iso8601
-from helpers import list_exchanges, messages_by_queue, vhost_url, wait_for, wait_for_counters
+from helpers import list_bindings, list_exchanges, messages_by_queue, vhost_url, wait_for, wait_for_counters
 
 import celery_ladder
 from celery_ladder.publish import NATIVE_DELAYED_PREFIX, scheduled_count
@@ -46,9 +46,13 @@ def native_setup(fresh_vhost: str, tmp_path: Path) -> Iterator[tuple[str, Any, W
     worker = Worker(url, tmp_path, app="nativeapp", queue=NATIVE_QUEUE)
     try:
         worker.wait_relaying(publisher)
-        # Native delayed delivery is armed: the worker's own bootstep declared its topology.
-        wait_for(lambda: "celery_delayed_27" in list_exchanges(fresh_vhost), timeout=30,
-                 message="Celery's native delayed-delivery topology (celery_delayed_27)")
+        # Native delayed delivery is armed: the worker's own bootstep declared its topology. It declares
+        # celery_delayed_27 first and binds the task queue last, one synchronous step at a time (28 quorum
+        # queues: a second or more); a task sent in between is unroutable at some level and never runs.
+        armed = (NATIVE_EXCHANGE, NATIVE_QUEUE, f"#.{NATIVE_KEY}")
+        wait_for(lambda: "celery_delayed_27" in list_exchanges(fresh_vhost)
+                 and armed in list_bindings(fresh_vhost), timeout=30, interval=0.2,
+                 message=f"Celery's native delayed-delivery topology (celery_delayed_27 ... the binding {armed})")
         yield fresh_vhost, publisher, worker
     finally:
         code = worker.stop()
