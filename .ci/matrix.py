@@ -53,7 +53,8 @@ STACKS: tuple[Stack, ...] = (
 
 #: Test files every stack runs whole: Django, the examples, both command lines (click differs by
 #: Python: 8.1 is the newest for 3.9), the kombu-facing producer and the publish path's reading of
-#: Celery's settings object (its lookup changed in Celery 5.7). Elsewhere a stack runs the
+#: Celery's settings object (its lookup differs by Celery release, and by Python: 3.12's UserDict.get).
+#: Elsewhere a stack runs the
 #: celery-marked tests only (tests/process/test_docs.py, for one, builds wheels for its other tests).
 ALWAYS = ("tests/celery_tier", "tests/process/test_cli.py", "tests/process/test_examples.py",
           "tests/sim/test_simulator_celery.py", "tests/sim/test_celery_worker_composition.py",
