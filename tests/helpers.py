@@ -78,11 +78,12 @@ def wait_until(condition: Callable[[], Any], timeout: float, message: str,
 
 # -- Celery workers' relay counters -------------------------------------------------------------
 
-def ladder_counters(app: Any, hostnames: Any, timeout: float = 2.0) -> dict[str, dict[str, Any]]:
-    """What each named worker answers to ``celery inspect ladder``; a worker that did not answer is missing."""
-    hostnames = list(hostnames)
-    replies = app.control.broadcast("ladder", reply=True, timeout=timeout, limit=len(hostnames),
-                                    destination=hostnames)
+def ladder_counters(app: Any, hostnames: Any = None, timeout: float = 2.0) -> dict[str, dict[str, Any]]:
+    """What each named worker (every worker: None) answers to ``celery inspect ladder`` within ``timeout``
+    seconds; a worker that did not answer is missing."""
+    destination = None if hostnames is None else list(hostnames)
+    replies = app.control.broadcast("ladder", reply=True, timeout=timeout,
+                                    limit=None if destination is None else len(destination), destination=destination)
     return {host: counters for reply in replies or () for host, counters in reply.items()}
 
 

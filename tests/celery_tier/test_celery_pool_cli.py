@@ -15,7 +15,7 @@ from typing import Any, Iterator
 
 import pytest
 from celery.utils.time import maybe_iso8601
-from helpers import purge_ladder, queue_depth, vhost_url, wait_for, wait_for_counters
+from helpers import ladder_counters, purge_ladder, queue_depth, vhost_url, wait_for, wait_for_counters
 from kombu import Connection, Producer, Queue
 
 import celery_ladder
@@ -75,8 +75,7 @@ class Worker:
 
         def relaying() -> bool:
             assert self.proc.poll() is None, self.output()
-            replies = app.control.broadcast("ladder", reply=True, timeout=1, limit=1, destination=[self.hostname])
-            return bool(replies) and replies[0][self.hostname].get("relay") is True
+            return ladder_counters(app, [self.hostname], timeout=1).get(self.hostname, {}).get("relay") is True
 
         wait_for(relaying, timeout=60, interval=0.5, message="the -P ladder worker and its relay")
 

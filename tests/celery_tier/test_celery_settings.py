@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from celery import Celery
-from helpers import queue_depth, wait_for
+from helpers import queue_depth, wait_for, wait_for_counters
 
 import celery_ladder
 from celery_ladder import LadderSettings
@@ -161,9 +161,9 @@ class TestRelayOff:
         except connection.channel_errors:
             consumers = 0  # not even declared: nobody relays
         assert consumers == 0
-        replies = celery_app.control.broadcast("ladder", reply=True, timeout=2, limit=1,
-                                               destination=[celery_worker.hostname])
-        assert replies[0][celery_worker.hostname]["relay"] is False
+        replies = wait_for_counters(celery_app, [celery_worker.hostname], lambda c: True,
+                                    message="the worker to answer 'inspect ladder'")
+        assert replies[celery_worker.hostname]["relay"] is False
 
 
 @pytest.mark.parametrize("given,expected", [(None, "classic"), ("classic", "classic"), ("quorum", "quorum"),

@@ -12,7 +12,7 @@ from typing import Any, Iterator
 import hostile_corpus as corpus
 import pytest
 from celery.utils.time import maybe_iso8601
-from helpers import depth_on, wait_for
+from helpers import depth_on, ladder_counters, wait_for
 from kombu import Connection
 
 import celery_ladder
@@ -45,8 +45,7 @@ def worker(corpus_url: str, publisher: Any, tmp_path: Path) -> Iterator[Worker]:
 
 def counters(app: Any, worker: Worker) -> dict[str, Any]:
     assert worker.proc.poll() is None, f"the worker exited:\n{worker.output()[-5000:]}"
-    replies = app.control.broadcast("ladder", reply=True, timeout=1, limit=1, destination=[worker.hostname])
-    return replies[0][worker.hostname] if replies else {}
+    return ladder_counters(app, [worker.hostname], timeout=1).get(worker.hostname, {})
 
 
 def test_a_pool_ladder_worker_survives_the_corpus_and_runs_a_task_on_time_afterwards(
