@@ -4,16 +4,21 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help install test test-unit test-faults test-cluster test-broker test-matrix test-sim43 demo lint docs diagrams bench bench-quick clean
+.PHONY: help install dist test test-unit test-faults test-cluster test-broker test-matrix test-sim43 test-celery-upstream rabbitmq4 rabbitmq4-stop test-rabbitmq4 test-rabbitmq4-tiers test-rabbitmq4-nodes test-sim40 demo lint docs diagrams bench bench-quick clean
 
 help:
 	@echo "make demo   - schedule mixed delays and watch them arrive (RabbitMQ, or the simulator)"
-	@echo "make test   - install into .venv and run the whole suite"
+	@echo "make test   - install into .venv; run every tier but faults and cluster (needs RabbitMQ; about 10 min)"
 	@echo "make test-unit - the tests that need no broker, no Celery worker and no process of their own (seconds)"
 	@echo "make test-faults - crash, restart and consumer_timeout tests on a private RabbitMQ node (about 6 min)"
 	@echo "make test-cluster - node failures on a private three-node RabbitMQ cluster; prints the failure matrix"
 	@echo "make test-sim43 - the simulator half of the suite, the simulator behaving as RabbitMQ 4.3"
 	@echo "make test-matrix - Celery tier + Django tests on Celery 5.3-5.7, Django 4.2-6.1, Python 3.9-3.13 (STACKS=...)"
+	@echo "make test-celery-upstream - Celery's own integration tests of ETA, retry, expires, revoke: plain vs ladder (Redis)"
+	@echo "make rabbitmq4 - start RabbitMQ 4.0 beside the system's 3.10 (a Debian 13 root; 127.0.0.1:5673); rabbitmq4-stop"
+	@echo "make test-rabbitmq4 - the broker, Celery and process tiers, then the fault and cluster suites, on RabbitMQ 4.0"
+	@echo "                      (test-rabbitmq4-tiers, test-rabbitmq4-nodes, test-sim40: its parts)"
+	@echo "make dist   - sdist and wheel in dist/, twine check, then each extra in a clean venv runs the quickstarts (about 2 min)"
 	@echo "make lint   - ruff and mypy"
 	@echo "make docs   - build the Sphinx docs with -W"
 	@echo "make bench  - benchmarks vs every alternative (bench-quick: a few minutes)"
@@ -54,12 +59,54 @@ test-cluster: $(STAMP)
 # simulator behaving as RabbitMQ 4.3: refusing x-queue-mode, x-queue-version=1 and transient
 # non-exclusive queues, applying global QoS per consumer. Needs no broker.
 test-sim43: $(STAMP)
-	$(PY) -m pytest -ra --ignore=tests/faults --ignore=tests/cluster -k simulator --ladder-rabbitmq=4.3 $(PYTEST_ARGS)
+	$(PY) -m pytest -ra --ignore=tests/faults --ignore=tests/cluster -m unit -k simulator --ladder-rabbitmq=4.3 $(PYTEST_ARGS)
 
 # One virtualenv per supported stack in .matrix/ (reused while its pins and setup.cfg are unchanged);
 # the real-worker and Django tests in each; one line per stack. STACKS="celery5.3 celery5.7" picks some.
 test-matrix:
 	$(PYTHON) .ci/matrix.py $(STACKS)
+
+# Celery's own integration tests (from the installed release's sdist) that involve countdown, eta, retry,
+# expires and revoke, run plain and with the ladder; any test whose outcome differs fails it. Needs RabbitMQ,
+# rabbitmqctl and Redis at 127.0.0.1:6379 (LADDER_UPSTREAM_REDIS); builds build/upstream/ once. tests/upstream/README.md
+test-celery-upstream: $(STAMP)
+	$(PY) tests/upstream/run.py $(PYTEST_ARGS)
+
+# RabbitMQ 4.0 beside the system's 3.10: .ci/rabbitmq-alt builds a Debian 13 root (or, on Debian 13,
+# a Debian 12 root for 3.10) and runs its node on 127.0.0.1:5673. Idempotent.
+ALT_ENV = eval "$$(.ci/rabbitmq-alt env 4)"
+rabbitmq4:
+	.ci/rabbitmq-alt start
+
+rabbitmq4-stop:
+	.ci/rabbitmq-alt stop
+
+# Every test that talks to a broker, on RabbitMQ 4.0: the broker, Celery and process tiers (the unit
+# tier has no broker to differ, nor has building the distribution), then the fault and cluster suites
+# on private 4.0 nodes from the same root, then the simulator half as 4.0 behaves.
+test-rabbitmq4: test-rabbitmq4-tiers test-rabbitmq4-nodes test-sim40
+
+test-rabbitmq4-tiers: $(STAMP) rabbitmq4
+	$(ALT_ENV) && $(PY) -m pytest -ra --ignore=tests/faults --ignore=tests/cluster \
+		--ignore=tests/process/test_packaging.py --ignore=tests/process/test_dist.py -m "not unit" --ladder-rabbitmq=4.0 $(PYTEST_ARGS)
+
+test-rabbitmq4-nodes: $(STAMP) rabbitmq4
+	$(ALT_ENV) && $(PY) -m pytest -ra tests/faults tests/cluster $(PYTEST_ARGS)
+
+# The distribution (kombu-ladder is not on the package index yet: this is what would be uploaded). sdist and
+# wheel in dist/, 'twine check --strict', then tests/process/test_dist.py on what was built: the wheel in a clean
+# virtualenv per extra (none, celery, django, prometheus) and the sdist in another; the quickstarts run from
+# them against RabbitMQ. About 2 min with pip's cache warm.
+dist: $(STAMP)
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+	$(VENV)/bin/twine check --strict dist/*
+	LADDER_DIST=dist $(PY) -m pytest -ra tests/process/test_dist.py $(PYTEST_ARGS)
+
+# The simulator half of the suite with the simulator behaving as RabbitMQ 4.0 (what
+# tests/broker/test_simulator_fidelity.py checks against the real 4.0). Needs no broker.
+test-sim40: $(STAMP)
+	$(PY) -m pytest -ra --ignore=tests/faults --ignore=tests/cluster -m unit -k simulator --ladder-rabbitmq=4.0 $(PYTEST_ARGS)
 
 demo: $(STAMP)
 	$(PY) examples/demo.py

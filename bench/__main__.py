@@ -19,7 +19,8 @@ from .common import ROOT, Config, log
 __all__ = ["BENCHMARKS", "main"]
 
 #: Benchmark name -> module, in run order.
-BENCHMARKS = ("relay", "publish", "lateness", "footprint", "scale", "cancellations", "rounds")
+BENCHMARKS = ("relay", "publish", "lateness", "footprint", "scale", "cancellations", "rounds", "bursts", "waiting",
+              "index")
 
 
 def _load() -> str:
@@ -145,9 +146,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     except KeyboardInterrupt:
         log(f"interrupted: vhosts and child processes are removed; finished benchmarks are in {keep}")
         return 130
-    if not args.merge:
-        meta.update(finished=time.strftime("%Y-%m-%d %H:%M", time.gmtime()), duration_s=time.monotonic() - t0,
-                    load_end=_load())
+    if not args.merge or "finished" not in meta:  # a merge into an interrupted run finishes it
+        meta.update(finished=time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+                    duration_s=meta.get("duration_s", 0.0) + time.monotonic() - t0, load_end=_load())
     with open(keep, "w") as fh:
         json.dump({"results": results, "meta": meta}, fh)
     log(f"raw results kept in {keep}")

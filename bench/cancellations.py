@@ -13,8 +13,8 @@ from typing import Any
 
 import amqp
 
-from kombu_ladder.cancelling import declare_stream
-from kombu_ladder.cancels import STREAM, LiveSet, decode, encode
+from kombu_ladder.cancellation.records import STREAM, LiveSet, decode, encode
+from kombu_ladder.cancellation.stream import declare_stream
 from kombu_ladder.contract import CONTROL
 from kombu_ladder.relay import Relay
 from kombu_ladder.topology import declare
@@ -31,7 +31,7 @@ def memory(n: int) -> dict[str, Any]:
     gc.collect()
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
-    live = LiveSet(horizon_ms=10 ** 12)
+    live = LiveSet()
     for record in records:
         live.add(record, now)
     # The ids are shared with the records here; a relay keeps the id strings alone, so count them.

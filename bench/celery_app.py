@@ -73,12 +73,13 @@ def make_app(mode: str, broker: str, out: str, *, relay: bool = True) -> Celery:
 class Worker:
     """A ``celery worker`` child process for one mode, in the given vhost."""
 
-    def __init__(self, url: str, mode: str, out: str, *, concurrency: int = 2, relay: bool = True) -> None:
+    def __init__(self, url: str, mode: str, out: str, *, concurrency: int = 2, relay: bool = True,
+                 pool: str = "prefork", name: Optional[str] = None) -> None:
         self.mode = mode
         self.log = tempfile.NamedTemporaryFile(prefix=f"ladder-bench-worker-{mode}-", suffix=".log", delete=False)
-        argv = [sys.executable, "-m", "celery", "-A", "bench.celery_app:app", "worker", "-P", "prefork",
+        argv = [sys.executable, "-m", "celery", "-A", "bench.celery_app:app", "worker", "-P", pool,
                 "-c", str(concurrency), "-Q", QUEUE, "-l", "WARNING", "--without-gossip", "--without-mingle",
-                "--without-heartbeat", "-n", f"bench-{mode}-{os.getpid()}@%h"]
+                "--without-heartbeat", "-n", name or f"bench-{mode}-{os.getpid()}@%h"]
         env = {"LADDER_BENCH_MODE": mode, "LADDER_BENCH_BROKER": url, "LADDER_BENCH_OUT": out,
                "LADDER_BENCH_RELAY": "1" if relay else "0"}
         self.child = Child(argv, env=env, stdout=self.log, stderr=self.log)

@@ -8,17 +8,6 @@ from .report import ms
 
 __all__ = ["closing", "headline"]
 
-#: Measured outside the runs, on this machine on 2026-12-01 (15:41 UTC, load 0.8), 11 alternating rounds of 3,000
-#: publishes, median CPU time per publish (/tmp script: Producer.publish of the very message the ladder sends).
-SIDE_PUBLISH = ("What bounds it, measured outside the run (11 alternating rounds of 3,000 publishes, median CPU "
-                "time): a plain `Producer.publish` took 41.2 µs; the same call publishing the message the contract "
-                "asks for (the four `x-schedule-*` headers, `type`, the rung's exchange and routing key) 46.2 µs, "
-                "0.89× before the ladder does anything; `LadderProducer.publish(countdown=)` 63.8 µs. The ladder's "
-                "own work, with kombu's publish stubbed out, is 8.8 µs (it was about 21 µs before issue 14: "
-                "names checked and rung names built on every call, the topology lock, abstract-class checks of the "
-                "countdown); the rest is kombu and py-amqp encoding and sending a bigger message.")
-
-
 def _s(results: dict[str, Any], key: str) -> Optional[dict[str, Any]]:
     c = results.get("lateness", {}).get(key)
     return c["summary"] if c and "summary" in c else None
@@ -52,14 +41,107 @@ def _burst(results: dict[str, Any]) -> list[str]:
         return []
     return [f"- **Missed: burst p99 ≤ 50 ms** (p99 {ms(burst['p99'])} ms, max {ms(burst['max'])} ms, "
             f"{burst['arrived']:,} of {burst['expected']:,} arrived). Why: the relay publishes each held message "
-            f"within about a millisecond of its due time (measured outside the run: p99 1.6 ms), but the burst "
+            f"at its due time, but the burst "
             f"comes back from the 10 s rung as its due second starts, so the broker dead-letters the whole burst "
             f"to the relay, takes its acks and routes the first deliveries at once, on two cores it shares with "
             f"the relay, the producer and the consumer; deliveries wait in the broker meanwhile. "
             f"What would close it: broker CPU (a core the clients do not share); the relay is not the bound."]
 
 
+def _publish(pub: dict[str, Any]) -> list[str]:
+    from .publish import PAIRS
+
+    out = []
+    for baseline, contender in PAIRS:
+        ratio = pub["ratios"].get(contender)
+        if ratio is None or ratio >= 0.9:
+            continue
+        paired = ", ".join(f"{r:.2f}" for r in pub.get("paired_ratios", {}).get(contender, []))
+        line = f"- **Missed: `{contender}` ≥ 0.9×** ({ratio:.2f}×, per round {paired}) in CPU time per publish."
+        total, unsent = pub.get("cpu_us"), pub.get("unsent_cpu_us")
+        if total and unsent:
+            before = unsent[baseline] / unsent[contender]
+            line += (f" What bounds it, measured in this run: {total[contender]:.1f} µs per publish against "
+                     f"{total[baseline]:.1f} µs for `{baseline}`; before sending (the properties encoded, nothing "
+                     f"framed or sent) {unsent[contender]:.1f} µs against {unsent[baseline]:.1f} µs "
+                     f"({before:.2f}×).")
+            if unsent[baseline] >= total[baseline] or unsent[contender] >= total[contender]:
+                line += (" The rounds without sending came out as costly as the whole publish, so on this machine "
+                         "they swing by more than sending costs and the run cannot split the two. What would "
+                         "close it: a quiet machine for the measurement.")
+            elif before >= 0.9:
+                line += (" Before sending the ladder is within the target: what is left is sending a larger "
+                         "message (the four `x-schedule-*` headers and `type`) and rounds that swing with the "
+                         "machine's load. What would close it: a quiet machine for the measurement.")
+            else:
+                line += (" The ladder's own work before sending is the bound: it validates the countdown or eta, "
+                         "places the message in a rung and encodes the four `x-schedule-*` headers and `type` "
+                         "with the publisher's own (Celery's path also reads the ladder settings and the task's "
+                         "`eta` back from its header, and counts the task). What would close it: less of that "
+                         "work per publish.")
+        out.append(line)
+    return out
+
+
+def _cpu(r: dict[str, Any]) -> str:
+    relay = f"{r['relay_cpu_us']:,.0f} µs" if r.get("relay_cpu_us") is not None else "not measured"
+    broker = f"{r['broker_cpu_us']:,.0f} µs" if r.get("broker_cpu_us") is not None else "not measured"
+    return f"the relays' CPU per delivered message (hops included) was {relay} and the broker's {broker}"
+
+
+def _bursts(results: dict[str, Any]) -> list[str]:
+    from .reading import burst_round, burst_rounds, twin_ratios
+
+    bursts = results.get("bursts") or {}
+    rounds = burst_rounds(bursts)
+    out = []
+    early = [r for r in rounds if r["early"]]
+    if early:
+        out.append(
+            "- **Missed: bursts, none early** (" + "; ".join(
+                f"{r['shape']} {r['relays']} × {r['kind']}: {r['early']:,} early, the first {ms(r['first'])} ms"
+                for r in early) + "). Why: a relay holds a message whose remaining delay is under its hold "
+            "window only while it has room to hold it; beyond that it puts the message back through the 1 s "
+            "rung, which delivers up to a second early. What would close it: leaving what cannot be held where "
+            "it costs nothing (unacked in the control queue, or in a rung) until it is due.")
+    for r in rounds:
+        if r["relays"] != 1 or r["shape"] != "distinct" or r.get("ratio") is None or r["ratio"] >= 0.3 \
+                or r.get("kept_up"):
+            continue
+        more = [burst_round(rounds, "distinct", r["kind"], k) for k in (2, 4)]
+        scaling = ", ".join(f"{m['relays']} relays {m['ratio']:.2f}×" for m in more if m and m.get("ratio"))
+        out.append(
+            f"- **Missed: one {r['kind']} relay ≥ 0.3× the broker alone** ({r['ratio']:.2f}×: {r['rate']:,.0f} "
+            f"deliveries/s against the broker's {bursts['broker_only_rate']:,.0f}/s; {scaling}). What bounds "
+            f"it, measured in this round: {_cpu(r)}. At that CPU per delivery one relay process on a core of its "
+            f"own would deliver at most about {1e6 / r['relay_cpu_us']:,.0f}/s; on two cores shared with the "
+            f"broker, the producer and the consumer it gets less. What would close it: less relay CPU per "
+            f"delivery, or more relays until the broker is the limit.")
+    for who, ratio in twin_ratios(rounds):
+        if ratio >= 0.9:
+            continue
+        relays, kind = who.split(" × ")
+        twin = burst_round(rounds, "identical", kind, int(relays))
+        single = burst_round(rounds, "distinct", kind, int(relays))
+        if twin is None or single is None:
+            continue
+        lighter = (twin.get("relay_cpu_us") is not None and single.get("relay_cpu_us") is not None
+                   and twin["relay_cpu_us"] <= single["relay_cpu_us"])
+        out.append(
+            f"- **Missed: identical messages ≥ 0.9× as fast as distinct ones** ({who}: {ratio:.2f}×, "
+            f"{twin['rate']:,.0f}/s against {single['rate']:,.0f}/s). Measured: with identical messages "
+            f"{_cpu(twin)}; with distinct ones {_cpu(single)}. " + (
+                "The relays did no more work per identical message, so the gap is not theirs: rounds a few "
+                "minutes apart on this loaded machine swing by as much (the other relay counts' ratios, above). "
+                "What would close it: repeated rounds on a quiet machine." if lighter else
+                "The relays spent more CPU per identical message than per distinct one. What would close it: "
+                "a relay that handles a twin as it handles any other message."))
+    return out
+
+
 def _rounds(results: dict[str, Any]) -> list[str]:
+    from kombu_ladder.plan import tolerance_ms
+
     from .rounds import LATEST_MS, within
 
     rounds = results.get("rounds")
@@ -79,10 +161,10 @@ def _rounds(results: dict[str, Any]) -> list[str]:
             f"every plan (any rungs, any order), the fewest placements that arrive no more than {LATEST_MS} ms late "
             f"are {row['fewest_on_time']}. The contract forbids a per-message `expiration` in a rung, which is what "
             f"would trim a hop by the lag. The relay keeps the theoretical placements and arrives within its last "
-            f"rung's tolerance (90 ms for the 1 h rung, a 1 ppm error over a day); when a message's gathered lag "
+            f"rung's tolerance ({tolerance_ms(3600)} ms for the 1 h rung); when a message's gathered lag "
             f"outgrows that tolerance it steps down a rung and is held to its due time (docs/how.rst, "
             f"\"How late, at most\"). What would close it: a broker that expires on time, or lowering "
-            f"`kombu_ladder.timing.TOLERANCE_PPM`, which trades those ms for {row['fewest_on_time']} placements.")
+            f"`kombu_ladder.plan.TOLERANCE_PPM`, which trades those ms for {row['fewest_on_time']} placements.")
     return out
 
 
@@ -99,8 +181,7 @@ def closing(results: dict[str, Any]) -> list[str]:
         out.append(
             f"- **Missed: (b) p99 ≤ 20 ms and max ≤ 50 ms** (p99 {ms(b['p99'])} ms, max {ms(b['max'])} ms, "
             f"{b['late_50ms']} late by more than 50 ms). Why: not the hold timer, which publishes a held message "
-            f"within about a millisecond of its due time (measured outside the run on a quiet machine: p50 0.7 ms, "
-            f"p99 1.3 ms after due, and p99 3.2 ms from due to the consumer), nor the rungs' TTLs; the tail is "
+            f"at its due time, nor the rungs' TTLs; the tail is "
             f"the broker and the clients scheduled late on two shared cores while rungs release what was "
             f"published together{peak}.{extra}{_relay_cpu(results)} What would close it: a quieter host, or cores "
             f"not shared with the broker.")
@@ -126,25 +207,8 @@ def closing(results: dict[str, Any]) -> list[str]:
             f"for the measurement; the CPU per hop shows the intrinsic gap.")
     pub = results.get("publish")
     if pub and "error" not in pub:
-        explained = False
-        for label, ratio in pub["ratios"].items():
-            if ratio >= 0.9:
-                continue
-            if explained:
-                out.append(f"- **Missed: `{label}` ≥ 0.9×** ({ratio:.2f}×). Why and what would close it: as above; "
-                           f"it runs the same producer code under Celery's own publishing.")
-                continue
-            explained = True
-            out.append(
-                f"- **Missed: `{label}` ≥ 0.9×** ({ratio:.2f}×) in CPU time per publish. Why: a delayed publish "
-                f"does more than a plain one: it validates the countdown or eta, builds the four `x-schedule-*` "
-                f"headers and `type`, checks that the topology was declared on this connection, and sends a larger "
-                f"header frame; Celery's path also reads the ladder settings and the task's `eta` back from its "
-                f"header for every task. {SIDE_PUBLISH} What would close it: encoding the rung message's properties "
-                f"ourselves and handing py-amqp the bytes, as the relay does, instead of kombu's generic path; that "
-                f"changes how every delayed publish reaches the wire, so it was left for a measured change of its "
-                f"own.")
-    out += _burst(results) + _rounds(results)
+        out += _publish(pub)
+    out += _burst(results) + _bursts(results) + _rounds(results)
     fp = results.get("footprint", {}).get("ladder")
     if fp and "error" not in fp and (fp["rss_growth_kb"] > 5 * 1024 or fp["unacked"] > 50
                                      or fp["plain_wait_ms"] is None or fp["plain_wait_ms"] > 1000):

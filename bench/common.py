@@ -6,6 +6,7 @@ import atexit
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -20,6 +21,8 @@ __all__ = [
     "HOST",
     "PORT",
     "ROOT",
+    "PUBLISHER_OPTIONS",
+    "Broker",
     "Vhost",
     "Child",
     "Progress",
@@ -42,8 +45,15 @@ PORT = int(os.environ.get("LADDER_BENCH_PORT", "5672"))
 #: The repository root: child processes run from here so ``bench`` is importable.
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-#: Vhosts created by this process and not yet deleted (cleaned at exit, even on Ctrl-C).
-_live_vhosts: set[str] = set()
+#: Transport options of the benchmarks' own fast publishers. py-amqp closes a connection whose sent bytes
+#: stay unacknowledged for a second (``TCP_USER_TIMEOUT`` 1000 ms, its default), which a broker that
+#: throttles a fast publisher (credit flow) on a loaded machine does: "basic_publish: timed out". A
+#: publisher of the harness waits a minute instead; the relays keep py-amqp's default.
+PUBLISHER_OPTIONS: dict[str, Any] = {"socket_settings": {getattr(socket, "TCP_USER_TIMEOUT", 18): 60_000}}
+
+#: Vhosts created by this process and not yet deleted, with the rabbitmqctl of their node (cleaned at exit,
+#: even on Ctrl-C).
+_live_vhosts: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -65,16 +75,21 @@ class Config:
     relay_repeats: int  #: paired raw/ours relay rounds (the median ratio is reported)
     burst_n: int = 1000  #: messages of the kombu burst, all due within the same second
     burst_lead: float = 20.0  #: seconds from publishing to that second (through the 10 s rung, then held)
+    bursts_n: int = 10_000  #: messages per round of the bursts section, all due in the same second
+    waiting_n: int = 100_000  #: messages waiting on one node in the waiting section, then due at once
+    index_n: int = 100_000  #: entries in ladder.index for the index section's find/list/count latencies
 
     @classmethod
     def full(cls) -> "Config":
-        """The sizes the issue asks for."""
-        return cls("full", 2000, 500, 75.0, 60.0, 20_000, 90.0, 5_000, 3_000, 100_000, 100_000, 5, 5, 1000, 20.0)
+        """The full run's sizes: large enough that the tails of the distributions show."""
+        return cls("full", 2000, 500, 75.0, 60.0, 20_000, 90.0, 5_000, 3_000, 100_000, 100_000, 5, 5, 1000, 20.0,
+                   50_000, 1_000_000, index_n=1_000_000)
 
     @classmethod
     def quick(cls) -> "Config":
         """A reduced run that finishes in a few minutes."""
-        return cls("quick", 300, 100, 25.0, 20.0, 2_000, 20.0, 3_000, 2_000, 10_000, 10_000, 3, 3, 500, 20.0)
+        return cls("quick", 300, 100, 25.0, 20.0, 2_000, 20.0, 3_000, 2_000, 10_000, 10_000, 3, 3, 500, 20.0,
+                   10_000, 100_000)
 
 
 def log(message: str) -> None:
@@ -82,19 +97,34 @@ def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def rabbitmqctl(*args: str, timeout: float = 120) -> str:
-    """Run ``rabbitmqctl -q ARGS`` and return its standard output."""
-    done = subprocess.run(["rabbitmqctl", "-q", *args], check=True, capture_output=True, text=True, timeout=timeout)
+def rabbitmqctl(*args: str, timeout: float = 120, ctl: str = "rabbitmqctl") -> str:
+    """Run ``rabbitmqctl -q ARGS`` (``ctl`` names another node's) and return its standard output."""
+    done = subprocess.run([ctl, "-q", *args], check=True, capture_output=True, text=True, timeout=timeout)
     return done.stdout
+
+
+@dataclass(frozen=True)
+class Broker:
+    """A RabbitMQ node to benchmark on: where it listens and the ``rabbitmqctl`` that manages it."""
+
+    name: str  #: how the page names it ("3.10", "4.0")
+    host: str = HOST
+    port: int = PORT
+    ctl: str = "rabbitmqctl"  #: the command that manages it (a path, or a name on PATH)
+
+    def rabbitmqctl(self, *args: str, timeout: float = 120) -> str:
+        """Run this node's ``rabbitmqctl -q ARGS`` and return its standard output."""
+        return rabbitmqctl(*args, timeout=timeout, ctl=self.ctl)
 
 
 def _delete_vhost(name: str) -> None:
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not leave it behind
     try:
-        subprocess.run(["rabbitmqctl", "-q", "delete_vhost", name], capture_output=True, timeout=300)
+        subprocess.run([_live_vhosts.get(name, "rabbitmqctl"), "-q", "delete_vhost", name], capture_output=True,
+                       timeout=300)
     finally:
         signal.signal(signal.SIGINT, previous)
-        _live_vhosts.discard(name)
+        _live_vhosts.pop(name, None)
 
 
 @atexit.register
@@ -104,33 +134,36 @@ def _cleanup_vhosts() -> None:
 
 
 class Vhost:
-    """A RabbitMQ vhost of one benchmark's own, deleted on exit (also on Ctrl-C)."""
+    """A RabbitMQ vhost of one benchmark's own, deleted on exit (also on Ctrl-C); on ``broker``'s node
+    when one is given, else on the shared broker at ``HOST:PORT``."""
 
-    def __init__(self, label: str) -> None:
+    def __init__(self, label: str, broker: Optional[Broker] = None) -> None:
         self.name = f"ladder-bench-{label}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.broker = broker if broker is not None else Broker("default")
 
     @property
     def url(self) -> str:
         """The AMQP URL of this vhost."""
-        return f"amqp://guest:guest@{HOST}:{PORT}/{quote(self.name, safe='')}"
+        return f"amqp://guest:guest@{self.broker.host}:{self.broker.port}/{quote(self.name, safe='')}"
 
     def connection(self, **kwargs: Any) -> Connection:
         """A new kombu connection to this vhost."""
         return Connection(self.url, **kwargs)
 
     def __enter__(self) -> "Vhost":
-        _live_vhosts.add(self.name)
-        rabbitmqctl("add_vhost", self.name)
-        rabbitmqctl("set_permissions", "-p", self.name, "guest", ".*", ".*", ".*")
+        _live_vhosts[self.name] = self.broker.ctl
+        self.broker.rabbitmqctl("add_vhost", self.name)
+        self.broker.rabbitmqctl("set_permissions", "-p", self.name, "guest", ".*", ".*", ".*")
         return self
 
     def __exit__(self, *exc: Any) -> None:
         _delete_vhost(self.name)
 
 
-def queue_counts(vhost: str, columns: Sequence[str] = ("messages", "messages_unacknowledged")) -> dict[str, list[int]]:
+def queue_counts(vhost: str, columns: Sequence[str] = ("messages", "messages_unacknowledged"),
+                 ctl: str = "rabbitmqctl") -> dict[str, list[int]]:
     """Return ``{queue: [column values]}`` for every queue of ``vhost`` (from ``rabbitmqctl list_queues``)."""
-    out = rabbitmqctl("list_queues", "-p", vhost, "--no-table-headers", "name", *columns)
+    out = rabbitmqctl("list_queues", "-p", vhost, "--no-table-headers", "name", *columns, ctl=ctl)
     rows: dict[str, list[int]] = {}
     for line in out.splitlines():
         parts = line.split("\t")

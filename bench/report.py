@@ -7,6 +7,8 @@ import platform
 import subprocess
 from typing import Any, Optional
 
+from .common import median
+
 __all__ = ["environment", "render", "ms"]
 
 #: Lateness contenders in table order.
@@ -107,8 +109,10 @@ def _publish_table(pub: dict[str, Any]) -> list[str]:
     from .publish import PAIRS
 
     per = "msgs per CPU second" if pub.get("measure") == "cpu" else "msgs/s"
-    rows = [f"| publish | {per} (median) | rounds | ratio to baseline (median of paired rounds) |",
-            "|---|---:|---|---:|"]
+    unsent = pub.get("unsent_cpu_us")
+    extra = " CPU per publish | of which before sending |" if unsent else ""
+    rows = [f"| publish | {per} (median) | rounds | ratio to baseline (median of paired rounds) |{extra}",
+            "|---|---:|---|---:|" + ("---:|---:|" if unsent else "")]
     for baseline, contender in PAIRS:
         for label in (baseline, contender):
             rates = ", ".join(f"{r:,.0f}" for r in pub["rates"][label])
@@ -116,7 +120,11 @@ def _publish_table(pub: dict[str, Any]) -> list[str]:
             if label == contender:
                 paired = ", ".join(f"{r:.2f}" for r in pub.get("paired_ratios", {}).get(label, []))
                 ratio = f"**{pub['ratios'][label]:.2f}×** (per round: {paired})"
-            rows.append(f"| `{label}` | {pub['medians'][label]:,.0f} | {rates} | {ratio} |")
+            cells = (f" {pub['cpu_us'][label]:.1f} µs | {unsent[label]:.1f} µs |" if unsent else "")
+            rows.append(f"| `{label}` | {pub['medians'][label]:,.0f} | {rates} | {ratio} |{cells}")
+    if unsent:
+        rows += ["", "*Before sending*: the same rounds with each channel's `basic_publish` encoding the message's "
+                 "properties as py-amqp's frame writer does and sending nothing (no framing, no socket)."]
     return rows
 
 
@@ -135,6 +143,75 @@ def _scale_table(sc: dict[str, Any]) -> list[str]:
         f"| relay drain of {sc['due']:,} messages due at once (1 process) | {sc['drain']['count']:,} in "
         f"{sc['drain']['seconds']:.1f} s = **{sc['drain']['rate']:,.0f}/s** |",
     ]
+
+
+#: How the bursts table names each way of running the relays.
+RELAY_KINDS = {"standalone": "`kombu-ladder relay`", "worker": "`celery worker -P ladder`"}
+
+
+def _per(value: Optional[float], unit: str = "µs") -> str:
+    return "–" if value is None else f"{value:,.0f} {unit}"
+
+
+def _bursts_table(bursts: dict[str, Any]) -> list[str]:
+    alone = bursts["broker_only"]
+    measured = [f"{a['rate']:,.0f}/s" if a.get("rate") else "not measured" for a in alone]
+    reference = bursts.get("broker_only_rate")
+    lines = [f"**The broker alone:** {bursts['n']:,} expired {bursts['size']}-byte persistent messages dead-lettered "
+             f"from one queue to another at once, no client in the path: {' before the rounds, '.join(measured)} "
+             f"after them. " + (f"Their median, **{reference:,.0f}/s**, is 1× in the table." if reference else
+                                "Without it the ratios are left out."), ""]
+    lines += ["| burst | relays | arrived | first | p50 | p99 | last | early | deliveries/s | × the broker alone | "
+              "relay CPU per delivery | broker CPU per delivery |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in bursts["rounds"]:
+        who = f"{r['relays']} × {RELAY_KINDS[r['kind']]}"
+        if "error" in r:
+            lines.append(f"| {r['shape']} | {who} | failed: {r['error']} | | | | | | | | | |")
+            continue
+        ratio = f"**{r['ratio']:.2f}×**" if r.get("ratio") is not None else "–"
+        if r.get("kept_up") and r.get("ratio") is not None:
+            ratio += " (kept up)"
+        rate = f"{r['rate']:,.0f}" if r.get("rate") else "–"
+        lines.append(f"| {r['shape']} | {who} | {r['arrived']:,}/{r['expected']:,} | {ms(r['first'])} | "
+                     f"{ms(r['p50'])} | {ms(r['p99'])} | {ms(r['last'])} | {r['early']:,} | {rate} | {ratio} | "
+                     f"{_per(r.get('relay_cpu_us'))} | {_per(r.get('broker_cpu_us'))} |")
+    overran = [r for r in bursts["rounds"] if r.get("publish_to_due_s") is not None and r["publish_to_due_s"] < 11]
+    if overran:
+        lines += ["", "Publishing ended less than 11 s before the due second in " + ", ".join(
+            f"{r['shape']} {r['relays']} × {r['kind']} ({r['publish_to_due_s']:.1f} s)" for r in overran)
+            + ": those messages reached the relays inside their hold window, not as a user's would."]
+    return lines
+
+
+def _waiting_table(waiting: dict[str, Any]) -> list[str]:
+    runs = waiting["brokers"]
+    mb = 2**20
+    head = "| measure | " + " | ".join(f"RabbitMQ {r['broker']}" for r in runs) + " |"
+    rows = [head, "|---|" + "---:|" * len(runs)]
+
+    def row(label: str, cell: Any) -> None:
+        cells = []
+        for r in runs:
+            try:
+                cells.append("failed: " + r["error"] if "error" in r else cell(r))
+            except (KeyError, TypeError):
+                cells.append("–")
+        rows.append(f"| {label} | " + " | ".join(cells) + " |")
+
+    row("queue profile", lambda r: r["profile"])
+    row("messages waiting in the 1 h rung", lambda r: f"{r['loaded']['vhost_messages']:,}")
+    row("node memory: before → with them waiting (the whole node)", lambda r: (
+        f"{r['before']['node_memory'] / mb:,.0f} MB → {r['loaded']['node_memory'] / mb:,.0f} MB "
+        f"(**{(r['loaded']['node_memory'] - r['before']['node_memory']) / mb:+,.0f} MB**)"))
+    row("this vhost's queues: process memory / message bytes in RAM", lambda r: (
+        f"{r['loaded']['vhost_queue_memory'] / mb:,.0f} MB / {r['loaded']['vhost_message_bytes_ram'] / mb:,.0f} MB"))
+    row("this vhost's message store on disk", lambda r: f"**{r['loaded']['vhost_disk'] / mb:,.0f} MB**")
+    row("`LadderProducer.publish` rate (wall clock) / CPU per publish", lambda r: (
+        f"{r['publish_per_s']:,.0f}/s / {r['publish_cpu_us']:,.0f} µs"))
+    row(f"all due at once: delivered by {waiting['relays']} `kombu-ladder relay`, first arrival to last",
+        lambda r: f"{r['arrived']:,} in **{r['drain_s']:,.1f} s** ({r['drain_per_s']:,.0f}/s), {r['early']} early")
+    return rows
 
 
 def _rounds_table(rounds: dict[str, Any]) -> list[str]:
@@ -175,9 +252,33 @@ def _cancellations_table(data: dict[str, Any]) -> list[str]:
     ]
 
 
+def _index_table(data: dict[str, Any]) -> list[str]:
+    publish, relay, scale = data["publish"], data["relay"], data["scale"]
+    medians = publish["medians"]
+    lines = [
+        "| cost (index on ÷ off, median of paired rounds) | off | on | ratio |", "|---|---|---|---|",
+        *[f"| {label} publishes per CPU second | {medians[f'{kind} off']:,.0f} | {medians[f'{kind} on']:,.0f} | "
+          f"{publish['ratios'][kind]:.2f} |"
+          for kind, label in (("kombu", "`LadderProducer.publish(countdown=3600)`"),
+                              ("celery", "`apply_async(countdown=3600)`"))],
+        f"| relay hops per second, one relay | {median(relay['rates']['off']):,.0f} | "
+        f"{median(relay['rates']['on']):,.0f} | {relay['ratio']:.2f} |",
+        "",
+        f"{scale['n']:,} entries ({scale['cancelled']:,} of them cancelled, {scale['waiting']:,} waiting); "
+        f"the SQLite file is {scale['file_mb']} MB.",
+        "",
+        "| index at scale | median | max |", "|---|---|---|",
+        f"| first sync, from nothing | {scale['first_sync_s']} s | |",
+        f"| sync with nothing new (what each command pays first) | {scale['again_sync_s'] * 1000:.0f} ms | |",
+        *[f"| {name} | {q['median_ms']} ms | {q['max_ms']} ms |" for name, q in scale["queries"].items()],
+    ]
+    return lines
+
+
 def render(results: dict[str, Any], meta: dict[str, Any], plot: Optional[str],
            other: Optional[dict[str, Any]] = None) -> str:
     """Return the whole Markdown page; ``other`` is a second saved run to compare with (``--also``)."""
+    from .bursts import KEPT_UP_MS, lead_s
     from .reading import reading, targets
 
     env = meta["environment"]
@@ -242,6 +343,38 @@ def render(results: dict[str, Any], meta: dict[str, Any], plot: Optional[str],
          "every rung expiring 3 ms after its TTL (RabbitMQ's median is 2.5 ms), with our relay and its 10 s hold "
          "window. Theory is `hops_for(countdown)`, a broker without lag. The last column searches every plan "
          "(any rungs, any order): the fewest placements that arrive no later than 50 ms after the due time."),
+        ("## 8. Bursts", "bursts", _bursts_table,
+         f"{config.get('bursts_n', 10_000):,} messages per round (200-byte persistent bodies), published with "
+         f"`LadderProducer.publish` while the relays run, all due within one second that starts "
+         f"{lead_s(config.get('bursts_n', 10_000)):g} s after publishing begins: *distinct* messages each at "
+         "a random millisecond of it, *identical* ones byte for byte the same message (body, headers, due time). "
+         "The relays, started afresh for each round, are standalone `kombu-ladder relay` processes or Celery "
+         "workers started with `-P ladder` (`-c 1`, their relay bootstep). A consumer in a process of its own "
+         "stamps each arrival; lateness is arrival minus due, in milliseconds: *first* the earliest, *last* the "
+         "latest, negative is early. Deliveries per second are arrivals over the time from the first to the "
+         "last; *× the broker alone* divides them by the broker's own dead-letter rate, measured in the same run "
+         f"on the same node. *Kept up*: every message arrived within {KEPT_UP_MS:g} ms of its due time, so the "
+         "rate is the due times' pace (distinct ones span a second), not what the relays could do. CPU is user "
+         "and system time over the whole round (hops included) per delivered "
+         "message; the broker's is the whole node's, shared with whatever else it served."),
+        ("## 9. A million waiting on one node", "waiting", _waiting_table,
+         f"{config.get('waiting_n', 100_000):,} 200-byte messages published with `LadderProducer.publish`, all due "
+         "at the same moment and waiting in the 1 h rung, on each RabbitMQ release at hand (the shared node, and "
+         "the other major `.ci/rabbitmq-alt` runs), each with the queue profile the operations page documents "
+         "for it: the `ladder-lazy` policy on 3.11 and older, classic queues (v2) as they are from 3.12 on. Then "
+         "they all fall due at once (a `max-length: 0` policy makes the rung dead-letter its whole contents "
+         "into the control queue, as its TTL does) and standalone relays deliver them to a consumer. Node "
+         "memory is the whole node's (`rabbitmqctl status`), shared with whatever else it served; the vhost "
+         "figures are this benchmark's alone."),
+        ("## 10. The index of waiting work", "index", _index_table,
+         f"Publish cost: {config['publish_n']:,} publishes per round, `index=False` and `index=True` (kombu), "
+         "`ladder_index` off and on (Celery), rounds alternating; rates per CPU second of the publishing process. "
+         f"Relay cost: {config['relay_n']:,} expired messages hopped by one relay while a producer schedules "
+         "others with the index off, then on (the relay itself does no index work). Scale: "
+         f"{config.get('index_n', 100_000):,} entries written straight to `ladder.index` in records of 200 (ten "
+         "task names, twenty target queues, due times over a week), a cancellation for one in a hundred, then "
+         "synced into a new SQLite file and queried: `find` by task id, a page of 50 at offset 1,000, the counts. "
+         "Query times are medians of 50 (counts: of 5)."),
     ):
         lines += [title, "", intro, ""]
         data = results.get(key)

@@ -11,16 +11,16 @@ from typing import Any, Optional
 
 from kombu import Exchange, Queue
 
-from kombu_ladder import LadderProducer, hops_for
+from kombu_ladder import LadderProducer, Relay, hops_for
 from kombu_ladder.contract import RUNGS, rung_name
+from kombu_ladder.plan import HOLD_WINDOW
 from kombu_ladder.simulator import SimulatedBroker
-from kombu_ladder.timing import HOLD_WINDOW
 
 from .common import Config, log
 
 __all__ = ["DELAYS", "LAG_MS", "EARLIEST_MS", "LATEST_MS", "fewest_on_time", "one", "run"]
 
-#: The round countdowns the issue names, in seconds: 120 s, 1 h, 4 h and 24 h.
+#: The round countdowns, in seconds: 120 s, 1 h, 4 h and 24 h (two minutes, the 1 h rung, a few hops, a day).
 DELAYS = (120, 3600, 4 * 3600, 24 * 3600)
 
 #: The broker's expiry lag per hop (ms): RabbitMQ's is 2.5 ms median on a quiet broker.
@@ -59,7 +59,7 @@ def fewest_on_time(delay_ms: int, lag_ms: int, hold_window_ms: int, latest_ms: i
 def one(delay: int, lag_ms: int = LAG_MS) -> dict[str, Any]:
     """Publish one message with ``countdown=delay`` on a simulator whose rungs expire ``lag_ms`` late."""
     broker = SimulatedBroker(start=_START, expiry_lag=lag_ms / 1000)
-    relay = broker.relay()
+    relay = broker.host(Relay())
     started = time.perf_counter()
     with broker.connection() as conn:
         channel = conn.default_channel

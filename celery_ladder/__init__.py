@@ -7,7 +7,8 @@ from importlib.util import find_spec
 from typing import Any
 
 if find_spec("celery") is None:  # a kombu-only install: say what to install, in one line
-    raise ModuleNotFoundError('celery_ladder needs Celery: pip install "kombu-ladder[celery]"', name="celery")
+    raise ModuleNotFoundError('celery_ladder needs Celery: pip install "celery>=5.3,<6" (kombu-ladder\'s celery '
+                              'extra)', name="celery")
 
 from celery.utils.imports import symbol_by_name  # noqa: E402 - after the check above
 
@@ -31,14 +32,17 @@ def _amqp_class(app: Any) -> Any:
 
 
 def add_relay_step(app: Any) -> None:
-    """Add the relay bootstep to ``app``'s worker consumer (idempotent).
+    """Add the relay and adoption bootsteps to ``app``'s worker consumer (idempotent).
 
-    It runs in workers started after this call, unless ``ladder_relay`` is False.
+    They run in workers started after this call, unless ``ladder_relay`` (and
+    ``ladder_adopt``) say otherwise.
     """
     from . import control  # noqa: F401 - registers ``celery inspect ladder`` in this process
+    from .adoption.step import LadderAdopt
     from .bootstep import LadderRelay
 
     app.steps["consumer"].add(LadderRelay)
+    app.steps["consumer"].add(LadderAdopt)
 
 
 def _check_settings(sender: Any = None, source: Any = None, **kwargs: Any) -> None:

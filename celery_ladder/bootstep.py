@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
 from celery import bootsteps
 
-from kombu_ladder.relay.driven import DrivenRelay, Later
-from kombu_ladder.topology import declare
+from kombu_ladder.observe import cancellations_enforced
+from kombu_ladder.relay import Relay
+from kombu_ladder.relay.driver import Later
 
 from .metrics import serve_metrics
 from .settings import LadderSettings
@@ -19,7 +19,7 @@ __all__ = ["LadderRelay"]
 class LadderRelay(bootsteps.StartStopStep):
     """Relay expired ladder messages from a worker, on its consumer connection (several workers compete).
 
-    The relay, a :class:`kombu_ladder.relay.driven.DrivenRelay`, is built once: its counters outlive reconnects.
+    The relay, a :class:`kombu_ladder.relay.Relay`, is built once: its counters outlive reconnects.
     """
 
     requires = ("celery.worker.consumer.connection:Connection",)
@@ -27,22 +27,26 @@ class LadderRelay(bootsteps.StartStopStep):
     def __init__(self, c: Any, **kwargs: Any) -> None:
         c.ladder_relay = None
         self.metrics: Any = None  # serves /metrics once started, when ladder_metrics_port is set
-        self.settings = s = LadderSettings.from_conf(c.app.conf)
-        self.relay = DrivenRelay(allowed_exchanges=s.allowed_exchanges, max_delay=s.max_delay,
-                                 hold_window=s.hold_window, declare_topology=partial(declare, queue_type=s.queue_type))
+        self.settings = LadderSettings.from_conf(c.app.conf)
+        self.relay = Relay(options=self.settings.relay_options())
         self.counters = self.relay.counters  # what ``celery inspect ladder`` reports
         super().__init__(c, **kwargs)
 
+    def enforcing(self) -> bool:
+        """Whether the relay enforces cancellations now (reads ladder.cancellations)."""
+        return cancellations_enforced(self.relay.core)
+
     def include_if(self, c: Any) -> bool:
-        return getattr(getattr(c, "pool", None), "with_relay", False) or self.settings.relay  # -P ladder
+        return self.settings.runs_relay(getattr(c, "pool", None))  # -P ladder, or ladder_relay
 
     def start(self, c: Any) -> None:
         if self.relay.run_on(c.connection, c.connection.channel(), _later(c)):
             c.ladder_relay = self
-            self.metrics = self.metrics or serve_metrics(self.settings, self.counters, c.connection)
+            self.metrics = self.metrics or serve_metrics(self.settings, self.counters, c.connection,
+                                                         enforcing=self.enforcing)
 
     def stop(self, c: Any) -> None:
-        self.relay.stop(getattr(c, "connection", None))
+        self.relay.stop()
 
     def shutdown(self, c: Any) -> None:
         self.stop(c)

@@ -14,9 +14,10 @@ from celery.utils.time import maybe_iso8601, maybe_make_aware
 from kombu import Producer
 from kombu.pools import ProducerPool
 
+from kombu_ladder.index.writer import IndexWriter
 from kombu_ladder.producer import LadderProducerMixin, target_name
 
-from .settings import MAX_DELAY_SETTING, as_max_delay, read_bool, read_queue_type
+from .settings import LadderSettings, SettingsCache
 
 __all__ = ["LadderAMQP", "LadderTaskProducer", "NATIVE_DELAYED_PREFIX", "ROUTE_OPTION", "scheduled_count",
            "shared_counter", "task_eta"]
@@ -93,46 +94,6 @@ def task_eta(value: Any, timezone: Any) -> datetime:
     return maybe_make_aware(eta, timezone() if callable(timezone) else timezone)
 
 
-_MISSING = object()
-
-
-def conf_value(conf: Any, name: str, cache: dict[str, Any]) -> Any:
-    """``conf.get(name)``, looked up the way Celery's settings do it, without its exceptions.
-
-    Celery's ``conf.get`` tries each spelling of a name in each layer of the
-    configuration and raises a ``KeyError`` for every miss: about 6 µs for a
-    ``ladder_*`` setting left at its default, on every task sent. Here the
-    spellings are worked out once per configuration object (kept in ``cache``)
-    and the layers are read with ``get``; the value is read afresh on every call,
-    so a setting changed at run time (``app.conf.ladder_enabled = False``) applies
-    at once. Anything but Celery's ``Settings`` is read with its own ``get``.
-    """
-    maps = getattr(conf, "maps", None)
-    entry = cache.get(name)
-    # a configuration that is loaded late (Celery's PendingConfiguration) changes its layers and prefix in place
-    if entry is None or entry[0] is not conf or entry[1] is not maps or entry[2] != getattr(conf, "prefix", None):
-        to_keys: Any = getattr(conf, "_to_keys", None)
-        key_t: Any = getattr(conf, "key_t", _MISSING)
-        # A layer that is not a dict yet is Celery's PendingConfiguration. Its get() loads the configuration
-        # on Python <= 3.11 but answers the default without loading on 3.12+ (UserDict.get asks __contains__
-        # first), and loading may bring a namespace (config_from_object(..., namespace="CELERY")), so other
-        # spellings than those worked out now. Let conf.get load it; the spellings are worked out after.
-        if (to_keys is None or key_t is _MISSING or not isinstance(maps, list)
-                or not all(isinstance(mapping, dict) for mapping in maps)):
-            return conf.get(name)
-        # Celery 5.7's _to_keys lists the old-style spellings (conf._keys) too; 5.3-5.6's leaves them to __getitem__
-        spellings = [*to_keys(name), *(convert(name) for convert in (getattr(conf, "_keys", None) or ()))]
-        keys = tuple(dict.fromkeys(key_t(k) if key_t is not None else k for k in spellings))
-        entry = cache[name] = (conf, maps, getattr(conf, "prefix", None), keys)
-    keys = entry[3]
-    for mapping in maps:
-        for key in keys:
-            value = mapping.get(key, _MISSING)
-            if value is not _MISSING:
-                return value
-    return None
-
-
 def _is_task_message(headers: Any) -> bool:
     """Celery task protocol 2: the headers carry the task name, id and eta."""
     return isinstance(headers, Mapping) and "task" in headers and "id" in headers
@@ -151,20 +112,40 @@ class LadderTaskProducer(LadderProducerMixin, Producer):
     #: The Celery app whose settings and timezone apply; set on a per-app subclass.
     app: Any = None
 
-    #: How :func:`conf_value` spells each setting in the app's configuration (per app, see LadderAMQP).
-    _conf_keys: dict[str, Any] = {}
+    #: The app's settings, cached (set with ``app`` on the per-app subclass, see LadderAMQP).
+    settings: Optional[SettingsCache] = None
+
+    #: The settings the ETA publish under way read (the producer's thread's own: producers are not shared).
+    _publishing: Optional[LadderSettings] = None
 
     @property
     def max_delay(self) -> float:  # type: ignore[override]  # a setting here, an attribute in kombu_ladder
         """The app's ``ladder_max_delay`` (seconds), read when an ETA task is published."""
-        if self.app is None:
+        if self._publishing is not None:
+            return self._publishing.max_delay
+        if self.settings is None:
             return super().max_delay
-        return as_max_delay(conf_value(self.app.conf, MAX_DELAY_SETTING[0], self._conf_keys))
+        return self.settings.get().max_delay
+
+    #: The app's index writer, shared by its producers (set with ``app`` on the per-app subclass).
+    shared_index: Optional[IndexWriter] = None
+
+    @property
+    def index(self) -> Optional[IndexWriter]:
+        """The app's index writer while this producer publishes an ETA task with ``ladder_index`` true."""
+        settings = self._publishing
+        if settings is None or not settings.index:
+            return None
+        return self.shared_index
+
+    def index_pending(self) -> Optional[IndexWriter]:
+        """The app's index writer: any publish of this producer sends a burst's last entries."""
+        return self.shared_index
 
     @property
     def queue_type(self) -> str:  # type: ignore[override]  # a setting here, an attribute in kombu_ladder
         """The app's ``ladder_queue_type``, the profile declared before the first ETA task."""
-        return read_queue_type(self.app.conf) if self.app is not None else "classic"
+        return self.settings.get(everything=True).queue_type if self.settings is not None else "classic"
 
     def publish(  # type: ignore[override]
         self, body: Any, routing_key: Optional[str] = None, *args: Any, **kwargs: Any,
@@ -175,22 +156,28 @@ class LadderTaskProducer(LadderProducerMixin, Producer):
             eta = self._ladder_eta(kwargs)
             if eta is not None:
                 kwargs["eta"] = eta
-                result = super().publish(body, routing_key, *args, **kwargs)
+                try:
+                    result = super().publish(body, routing_key, *args, **kwargs)
+                finally:
+                    self._publishing = None
                 _count_scheduled()
                 return result
         return super().publish(body, routing_key, *args, **kwargs)
 
     def _ladder_eta(self, kwargs: Mapping[str, Any]) -> Optional[datetime]:
         headers: Any = kwargs.get("headers")
-        if not _is_task_message(headers) or not headers.get("eta") or self.app is None:
+        if not _is_task_message(headers) or not headers.get("eta") or self.settings is None:
             return None
-        conf = self.app.conf
-        if not read_bool({"ladder_enabled": conf_value(conf, "ladder_enabled", self._conf_keys)}, "ladder_enabled"):
+        settings = self.settings.get()
+        if not settings.enabled:
             return None
         exchange = kwargs.get("exchange")
-        if target_name(exchange if exchange is not None else self.exchange).startswith(NATIVE_DELAYED_PREFIX):
+        if _is_native(exchange if exchange is not None else self.exchange):
             return None  # Celery's native delayed delivery already addressed it
-        return task_eta(headers["eta"], lambda: conf.timezone)
+        app = self.app
+        eta = task_eta(headers["eta"], lambda: app.conf.timezone)
+        self._publishing = settings
+        return eta
 
 
 def _is_native(exchange: Any) -> bool:
@@ -250,7 +237,10 @@ class LadderAMQP(AMQP):
     @cached_property
     def Producer(self) -> type:  # type: ignore[override]  # noqa: N802 - Celery's attribute name
         """This app's producer class."""
-        return type("LadderTaskProducer", (LadderTaskProducer,), {"app": self.app, "_conf_keys": {}})
+        app = self.app
+        cache = SettingsCache(lambda: app.conf)
+        return type("LadderTaskProducer", (LadderTaskProducer,),
+                    {"app": app, "settings": cache, "shared_index": IndexWriter()})
 
     @property
     def producer_pool(self) -> ProducerPool:
@@ -269,13 +259,13 @@ class LadderAMQP(AMQP):
     def _create_task_sender(self) -> Callable[..., Any]:
         send = super()._create_task_sender()
         ladder_producer = self.Producer
-        conf = self.app.conf
+        settings: SettingsCache = ladder_producer.settings  # type: ignore[attr-defined]  # a per-app subclass
 
         def send_task_message(producer: Any, name: str, message: Any, **kwargs: Any) -> Any:
             route = kwargs.pop(ROUTE_OPTION, None)
             eta = message.headers.get("eta")
             # the setting is read only for a task Celery readdressed to native delayed delivery
-            if eta and route and _is_native(kwargs.get("exchange")) and read_bool(conf, "ladder_enabled") \
+            if eta and route and _is_native(kwargs.get("exchange")) and settings.get().enabled \
                     and undo_native_rewrite(kwargs, route):
                 logger.debug("task %s: the ladder delays it instead of native delayed delivery", name)
             if not isinstance(producer, LadderProducerMixin) and eta:

@@ -18,8 +18,9 @@ from celery.utils.time import maybe_iso8601, maybe_make_aware
 from celery.worker.request import Request
 from celery.worker.strategy import default as default_strategy
 
-from kombu_ladder.brokers import clock_of
+from kombu_ladder.link import clock_of
 from kombu_ladder.pytest_plugin import simulated_rabbitmq
+from kombu_ladder.relay import Relay
 from kombu_ladder.simulator import SimulatedBroker
 
 from . import install
@@ -169,7 +170,7 @@ def ladder_celery(request: pytest.FixtureRequest) -> Iterator[LadderCelery]:
     producer_class.clock = staticmethod(broker.now)
     task_class.Strategy = STRATEGY  # for a worker started from now on
     app.now = lambda: _virtual_now(app, broker)  # Celery turns countdown into eta with app.now()
-    broker.relay()
+    broker.host(Relay())
     try:
         yield LadderCelery(app, broker)
     finally:
@@ -185,6 +186,25 @@ def ladder_celery(request: pytest.FixtureRequest) -> Iterator[LadderCelery]:
 
 #: The task strategy (as Celery names one) of a ``ladder_celery`` app: see :func:`virtual_clock_strategy`.
 STRATEGY = f"{__name__}:virtual_clock_strategy"
+
+
+#: Celery's own test fixtures (``celery_app``, ``celery_worker``, ``celery_config``...), which ``ladder_celery``
+#: composes with.
+CELERY_FIXTURES = "celery.contrib.pytest"
+
+#: The plugin name under which pytest-celery registers them (its pytest11 entry point).
+PYTEST_CELERY = "celery"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Load Celery's test fixtures unless pytest-celery (or ``-p celery.contrib.pytest``) did, so that a test
+    can ask for ``celery_app`` and ``celery_worker`` beside ``ladder_celery`` with no set-up of its own."""
+    manager = config.pluginmanager
+    if not (manager.has_plugin(CELERY_FIXTURES) or manager.has_plugin(PYTEST_CELERY)
+            or manager.is_blocked(CELERY_FIXTURES)):
+        import celery.contrib.pytest as fixtures  # registered, not imported by name: no assertion rewriting
+
+        manager.register(fixtures, CELERY_FIXTURES)
 
 
 @pytest.hookimpl(hookwrapper=True)

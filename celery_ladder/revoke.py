@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 from celery.app.control import Control
 
-from kombu_ladder.cancelling import cancel_many
+from kombu_ladder.cancellation.stream import cancel_many
 
 __all__ = ["LadderControl", "task_ids"]
 

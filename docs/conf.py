@@ -6,6 +6,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir)))
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "_ext")))
 
 from kombu_ladder import __version__  # noqa: E402 - after the path is set
 
@@ -21,12 +22,13 @@ extensions = [
     "sphinx.ext.viewcode",
     "sphinx.ext.todo",
     "myst_parser",
+    "ladder_figures",  # docs/_ext: tables built from the code (hops per message, the metrics)
 ]
 
 #: Pages are reStructuredText; a page may also be Markdown (MyST), e.g. benchmarks.md.
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 root_doc = "index"
-exclude_patterns = ["_build", "Thumbs.db", ".DS_Store", "diagrams"]
+exclude_patterns = ["_build", "Thumbs.db", ".DS_Store", "diagrams", "_ext"]
 templates_path: list[str] = []
 
 html_theme = "sphinx_celery"

@@ -14,11 +14,12 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Optional, Sequence
 
 from kombu import Connection, Consumer, Queue
+from kombu.exceptions import OperationalError
 
 from kombu_ladder import Scheduler
 from kombu_ladder.brokers import DEFAULT_BROKER
 from kombu_ladder.contract import describe
-from kombu_ladder.timing import HOLD_WINDOW, forecast
+from kombu_ladder.plan import HOLD_WINDOW, forecast
 
 __all__ = ["main", "DELAYS", "Row", "run_scenario"]
 
@@ -27,6 +28,13 @@ DELAYS: tuple[float, ...] = (65, 12, 5, 2)
 
 #: The queue the demo's messages are finally delivered to.
 DEMO_QUEUE = "ladder.demo"
+
+#: The environment variable naming the demo's broker (``make demo``).
+BROKER_ENV = "LADDER_DEMO_BROKER"
+
+E_REFUSED = ("the broker at {url} answered but refused the demo: {reason}\n"
+             "Fix the URL (--broker, or ${env}) or the broker's user; the demo runs on the simulator only when "
+             "no broker listens there.")
 
 
 class Row:
@@ -102,7 +110,11 @@ def run_scenario(
         with Consumer(channel, [queue], callbacks=[on_message], accept=["json"]):
             start = clock()
             for delay in delays:
-                scheduler.in_(delay, {"delay": delay, "due": start + delay}, routing_key=DEMO_QUEUE)
+                # One due time per message, fixed before the first publish: the lateness column then
+                # measures the ladder, not how long the publishes before it took.
+                due = start + delay
+                scheduler.at(datetime.fromtimestamp(due, timezone.utc), {"delay": delay, "due": due},
+                             routing_key=DEMO_QUEUE)
                 print(f"scheduled a {describe(delay)} message, due {_clock_text(start + delay)}", flush=True)
             print("\n" + HEADER, flush=True)
             while len(rows) < len(delays) and clock() - start < timeout:
@@ -165,22 +177,41 @@ def _run_on_simulator() -> Optional[int]:
     return _summary(rows, scheduler, DELAYS)
 
 
-def _reachable(url: str) -> Optional[str]:
+def _absent(url: str) -> Optional[str]:
+    """None when a broker answers at ``url``; why not when nothing does (refused, no such host, timeout).
+
+    A broker that answers and refuses (a wrong password, a missing vhost) raises: the demo
+    stops with that error rather than hide it behind the simulator.
+    """
     try:
         with Connection(url, connect_timeout=3) as connection:
             connection.ensure_connection(max_retries=1)
         return None
-    except Exception as exc:  # noqa: BLE001 - any failure means "no broker here"
+    except (OperationalError, OSError) as exc:  # kombu wraps "nothing listens there" in OperationalError
         return str(exc) or type(exc).__name__
+
+
+def _masked(url: str) -> str:
+    """``url`` with its password masked, as kombu shows it."""
+    try:
+        return Connection(url).as_uri()
+    except Exception:  # noqa: BLE001 - a URL kombu cannot read is shown as given
+        return url
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the demo; return the exit status."""
     parser = argparse.ArgumentParser(prog="python examples/demo.py", description=__doc__)
-    parser.add_argument("--broker", default=os.environ.get("LADDER_DEMO_BROKER", DEFAULT_BROKER))
+    parser.add_argument("--broker", default=os.environ.get(BROKER_ENV, DEFAULT_BROKER),
+                        help=f"RabbitMQ URL [default: ${BROKER_ENV}, else {DEFAULT_BROKER}]")
     parser.add_argument("--simulator", action="store_true", help="use the in-memory simulator even if a broker is up")
     args = parser.parse_args(argv)
-    problem = "--simulator was given" if args.simulator else _reachable(args.broker)
+    try:
+        problem = "--simulator was given" if args.simulator else _absent(args.broker)
+    except Exception as exc:  # noqa: BLE001 - a broker that refused us, or a URL kombu cannot read: say which
+        print(E_REFUSED.format(url=_masked(args.broker), reason=" ".join(str(exc).split()) or type(exc).__name__,
+                               env=BROKER_ENV), file=sys.stderr)
+        return 2
     if problem is None:
         return _run_on_rabbitmq(args.broker)
     print(f"no RabbitMQ at {args.broker} ({problem}).")

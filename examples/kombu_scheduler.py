@@ -22,7 +22,8 @@ BROKER_URL = os.environ.get("BROKER_URL", "amqp://guest:guest@localhost//")
 def main(broker_url: str = BROKER_URL) -> list[str]:
     """Schedule three reminders; return them in arrival order.
 
-    Accuracy is about one second, early rather than late.
+    Each arrives at its due time: the relay holds a message's last seconds
+    and delivers it then.
     """
     arrived = []
     with Connection(broker_url) as conn:

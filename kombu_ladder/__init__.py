@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from .brokers import install_scheme
-from .cancelling import cancel
+from .cancellation.stream import cancel
 from .contract import CONTROL, EXCHANGE, PARKING, RUNGS
-from .errors import LadderError, TopologyConflict
+from .errors import CancellationsUnavailable, LadderError, LadderNotDeclared, TopologyConflict
 from .migrate import MoveResult, move
 from .parking import ReplayResult, parked_reasons, replay
 from .plan import MAX_DELAY, hops_for
 from .producer import LadderProducer, LadderProducerMixin
 from .relay import Relay
 from .republishing import original_routing_key, republish_count
+from .rescheduling import Rescheduled, reschedule
 from .scheduler import Scheduler
 from .topology import declare
 
@@ -35,6 +36,8 @@ __all__ = [
     "parked_reasons",
     "replay",
     "ReplayResult",
+    "reschedule",
+    "Rescheduled",
     "move",
     "MoveResult",
     # the contract's names and limits
@@ -47,4 +50,6 @@ __all__ = [
     # errors
     "LadderError",
     "TopologyConflict",
+    "LadderNotDeclared",
+    "CancellationsUnavailable",
 ]

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import time
-from typing import Any, Callable, Optional
-
 from .errors import LadderError
 
-__all__ = ["DEFAULT_BROKER", "SCHEMES", "SIMULATOR", "UnsupportedBroker", "clock_of", "install_scheme",
-           "require_rabbitmq"]
+__all__ = ["DEFAULT_BROKER", "SCHEMES", "SIMULATOR", "UnsupportedBroker", "install_scheme", "require_rabbitmq"]
 
 #: The broker used when none is given: RabbitMQ on this machine, as guest.
 DEFAULT_BROKER = "amqp://guest:guest@127.0.0.1:5672//"
@@ -23,6 +19,8 @@ E_UNSUPPORTED = (
     "the ladder needs RabbitMQ (an amqp:// or amqps:// URL, or ladder-sim:// for the simulator), not {scheme}://: "
     "it is built on RabbitMQ's queue TTLs, dead-lettering and publisher confirms"
 )
+E_NOT_A_URL = ("{url!r} is not a broker URL: the ladder needs RabbitMQ, as an amqp:// or amqps:// URL such as "
+               "amqp://guest:guest@localhost// (or ladder-sim:// for the simulator)")
 
 
 class UnsupportedBroker(LadderError, ValueError):
@@ -39,26 +37,18 @@ def require_rabbitmq(url: str) -> None:
         url: a kombu broker URL.
 
     Raises:
-        UnsupportedBroker: the URL's transport is not in :data:`SCHEMES`.
+        UnsupportedBroker: the URL's transport is not in :data:`SCHEMES`, or it is no URL at all.
     """
     for part in url.split(";"):
         part = part.strip()
         if not part:
             continue
-        scheme = part.split("://", 1)[0] if "://" in part else part
+        if "://" not in part and part.lower() not in SCHEMES:  # kombu takes a bare transport name too
+            raise UnsupportedBroker(E_NOT_A_URL.format(url=part))
+        scheme = part.split("://", 1)[0]
         transport = scheme.split("+", 1)[0].lower()
         if transport not in SCHEMES:
             raise UnsupportedBroker(E_UNSUPPORTED.format(scheme=transport))
-
-
-def clock_of(connection: Any, given: Optional[Callable[[], float]] = None, *,
-             default: Optional[Callable[[], float]] = time.time) -> Any:
-    """The clock to stamp due times with on ``connection``: ``given`` if any, else the simulator's
-    virtual clock on a ``ladder-sim://`` connection, else ``default``."""
-    if given is not None:
-        return given
-    virtual = getattr(getattr(connection, "transport", None), "virtual_clock", None)
-    return virtual if virtual is not None else default
 
 
 def install_scheme(scheme: str = SIMULATOR) -> None:

@@ -15,7 +15,6 @@ __all__ = [
     "DUE_AT",
     "CONTENT_TYPE",
     "SCHEDULE_HEADERS",
-    "RESERVED_PREFIX",
     "PARKED_REASON",
     "PARKED_AT",
     "ORIGINAL_ROUTING_KEY",
@@ -58,9 +57,6 @@ CONTENT_TYPE = "x-schedule-content-type"
 
 #: Every header the scheduler adds; all of them are stripped on delivery.
 SCHEDULE_HEADERS: tuple[str, ...] = (TARGET_EXCHANGE, TARGET_ROUTING_KEY, DUE_AT, CONTENT_TYPE)
-
-#: Header prefix reserved by AceMQ envelopes; the scheduler never writes it.
-RESERVED_PREFIX = "x-acemq-"
 
 # -- Local to this library (not part of the shared contract) ---------------
 

@@ -1,11 +1,13 @@
-"""Pure message rules: what a scheduled message carries and what one expiry becomes."""
+"""Pure message rules: what a scheduled message carries, and where one expiry goes (addresses, no bytes)."""
 
 from __future__ import annotations
 
+import functools
+import struct
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Union
 
-from .carry import CARRIED_PROPERTIES, carried, text_of
+from .carry import text_of
 from .contract import (
     CONTENT_TYPE,
     DUE_AT,
@@ -15,24 +17,26 @@ from .contract import (
     TARGET_ROUTING_KEY,
     rung_name,
 )
-from .plan import MAX_DELAY, parse_due_at, place
-from .targets import is_internal, name_problem
+from .plan import DELIVER, MAX_DELAY, Step, choose_rung, parse_due_at
+from .targets import is_internal, name_problem, own_name_problem
 from .text import escape, quote
+from .wire import PROPERTIES, Unencodable, py_property, py_table, py_value
 
 __all__ = [
     "ORIGINAL_DELIVERY_MODE",
     "REFUSALS",
     "LOCAL_HEADERS",
-    "CARRIED_PROPERTIES",
+    "MAX_REASON",
+    "DEATH_HEADER",
+    "DEATH_PREFIXES",
     "Deliver",
+    "Hold",
     "Hop",
     "Park",
     "Decision",
     "scheduled_headers",
-    "scheduled_properties",
+    "scheduled_content_header",
     "strip_death",
-    "strip_for_delivery",
-    "delivery_properties",
     "delivered_content_type",
     "delivered_mode",
     "is_death_header",
@@ -52,39 +56,56 @@ REFUSALS = "x-ladder-refusals"
 #: Headers local to this library that a rung message may carry and a delivery never does.
 LOCAL_HEADERS: tuple[str, ...] = (ORIGINAL_DELIVERY_MODE, REFUSALS)
 
-_DEATH_PREFIXES = ("x-first-death-", "x-last-death-")
+#: The most characters of a parking reason.
+MAX_REASON = 1000
+
+#: RabbitMQ's dead-lettering bookkeeping: this header, and every header with one of these prefixes.
+DEATH_HEADER = "x-death"
+DEATH_PREFIXES: tuple[str, ...] = ("x-first-death-", "x-last-death-")
+
+_U16 = struct.Struct(">H").pack
+_U32 = struct.Struct(">I").pack
 
 
 @dataclass(frozen=True)
 class Deliver:
-    """Publish to the target now, with these headers and properties."""
+    """Publish the message to its target now: exchange ``exchange``, routing key ``routing_key``."""
 
     exchange: str
     routing_key: str
-    headers: dict[str, Any]
-    properties: dict[str, Any]
-    #: Its ``x-schedule-due-at`` (epoch ms): a relay that holds it publishes it then (issue 14).
-    due_at: int = 0
+    #: Its ``x-schedule-due-at`` (epoch ms).
+    due_at: int
+
+
+@dataclass(frozen=True)
+class Hold(Deliver):
+    """Deliver the message at ``due_at``: the relay keeps it unacked until then."""
 
 
 @dataclass(frozen=True)
 class Hop:
-    """Put the message back into a rung (``rung`` seconds, queue ``queue``)."""
+    """Put the message back into rung ``rung`` (seconds)."""
 
     rung: int
-    queue: str
-    headers: dict[str, Any]
-    properties: dict[str, Any]
+
+    @property
+    def queue(self) -> str:
+        """The rung's queue."""
+        return rung_name(self.rung)
 
 
 @dataclass(frozen=True)
 class Park:
-    """Park the message in the parking queue because of ``reason``."""
+    """Park the message in the parking queue because of ``reason`` (escaped, at most :data:`MAX_REASON`
+    characters: it quotes what the message held)."""
 
     reason: str
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "reason", escape(self.reason, limit=MAX_REASON))
 
-Decision = Union[Deliver, Hop, Park]
+
+Decision = Union[Deliver, Hold, Hop, Park]
 
 
 def scheduled_headers(
@@ -107,21 +128,98 @@ def scheduled_headers(
     return out
 
 
-def scheduled_properties(properties: Mapping[str, Any]) -> dict[str, Any]:
-    """Return the AMQP properties of a message waiting in a rung.
+#: Headers :func:`scheduled_headers` writes: a publisher's own copy of one is left to py-amqp's encoder.
+_WRITTEN = frozenset((*SCHEDULE_HEADERS, ORIGINAL_DELIVERY_MODE))
 
-    The carried properties stay; ``type`` becomes ``ScheduledMessage``, delivery
-    is persistent, and there is never a per-message ``expiration``.
+_BIT = {name: bit for name, bit, _ in PROPERTIES}
+
+#: A publisher's own properties of a rung message, in wire order: those before ``type``, and after it.
+_OWN_BEFORE_TYPE = ("correlation_id", "reply_to", "message_id", "timestamp")
+_OWN_AFTER_TYPE = ("user_id", "app_id", "cluster_id")
+_OWN = frozenset((*_OWN_BEFORE_TYPE, *_OWN_AFTER_TYPE))
+
+
+@functools.lru_cache(maxsize=1024)
+def _schedule_items(exchange: str, routing_key: str, content_type: Optional[str],
+                    delivery_mode: Optional[int]) -> tuple[bytes, bytes]:
+    """The encoded ``x-schedule-*`` items of one target: those before the due time's value, and after it."""
+    ours = scheduled_headers(None, exchange=exchange, routing_key=routing_key, due_at=0,
+                             content_type=content_type, delivery_mode=delivery_mode)
+    names = list(ours)
+    due = names.index(DUE_AT)
+    return (py_table({name: ours[name] for name in names[:due]}) + bytes((len(DUE_AT),)) + DUE_AT.encode(),
+            py_table({name: ours[name] for name in names[due + 1:]}))
+
+
+@functools.lru_cache(maxsize=256)
+def _fixed_properties(content_type: Optional[str], content_encoding: Optional[str],
+                      priority: Optional[int]) -> tuple[int, bytes, bytes]:
+    """The rung message's flags and encoded properties besides the table and the publisher's own:
+    those before the header table (content type and encoding) and those after it (delivery mode, priority)."""
+    flags = _BIT["application_headers"] | _BIT["delivery_mode"] | _BIT["type"]
+    head: list[bytes] = []
+    middle = [py_property("delivery_mode", 2)]
+    for name, value, chunks in (("content_type", content_type, head), ("content_encoding", content_encoding, head),
+                                ("priority", priority, middle)):
+        if value is not None:
+            chunks.append(py_property(name, value))
+            flags |= _BIT[name]
+    return flags, b"".join(head), b"".join(middle)
+
+
+_TYPE = py_property("type", MESSAGE_TYPE)
+
+
+def _own(properties: Mapping[str, Any], names: tuple[str, ...]) -> tuple[int, bytes]:
+    flags, chunks = 0, []
+    for name in names:
+        value = properties.get(name)
+        if value is not None:
+            chunks.append(py_property(name, value))
+            flags |= _BIT[name]
+    return flags, b"".join(chunks)
+
+
+def scheduled_content_header(
+    headers: Mapping[str, Any],
+    properties: Mapping[str, Any],
+    *,
+    exchange: str,
+    routing_key: str,
+    due_at: int,
+    content_type: Optional[str],
+    content_encoding: Optional[str],
+    delivery_mode: Optional[int],
+    priority: Any,
+) -> Optional[bytes]:
+    """Return the encoded properties of a message waiting in a rung, byte for byte as py-amqp writes them.
+
+    They are those of ``amqp.Message(priority=priority, content_type=..., content_encoding=...,
+    application_headers=scheduled_headers(headers, ...), delivery_mode=2, type=MESSAGE_TYPE,
+    **properties)``; what repeats from one message to the next is encoded once. None when
+    py-amqp must encode them itself: a value of a type or size only it handles, a header
+    :func:`scheduled_headers` writes already among ``headers``, or a property besides the
+    basic class's own.
     """
-    out = carried(properties)
-    out["type"] = MESSAGE_TYPE
-    out["delivery_mode"] = 2
-    return out
+    if not _WRITTEN.isdisjoint(headers) or not _OWN.issuperset(properties):
+        return None
+    try:
+        flags, head, middle = _fixed_properties(content_type, content_encoding, priority)
+        before, after = _schedule_items(exchange, routing_key, content_type, delivery_mode)
+        table = py_table(headers) + before + py_value(int(due_at)) + after
+        if not properties:
+            return _U16(flags) + head + _U32(len(table)) + table + middle + _TYPE
+        flags_before, own_before = _own(properties, _OWN_BEFORE_TYPE)
+        flags_after, own_after = _own(properties, _OWN_AFTER_TYPE)
+        return (_U16(flags | flags_before | flags_after) + head + _U32(len(table)) + table + middle + own_before
+                + _TYPE + own_after)
+    except (Unencodable, TypeError):  # TypeError: an unhashable content type or priority (py-amqp refuses it)
+        return None
 
 
 def is_death_header(name: Any) -> bool:
     """Whether a header ``name`` (str, or bytes when it is not UTF-8) is RabbitMQ's dead-lettering bookkeeping."""
-    return isinstance(name, str) and (name == "x-death" or name.startswith(_DEATH_PREFIXES))
+    return isinstance(name, str) and (name == DEATH_HEADER or name.startswith(DEATH_PREFIXES))
 
 
 def strip_death(headers: Mapping[str, Any]) -> dict[str, Any]:
@@ -129,33 +227,9 @@ def strip_death(headers: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in headers.items() if not is_death_header(k)}
 
 
-def strip_for_delivery(headers: Mapping[str, Any]) -> dict[str, Any]:
-    """Return the application headers alone: no ``x-schedule-*``, local or death headers."""
-    out = strip_death(headers)
-    for key in (*SCHEDULE_HEADERS, *LOCAL_HEADERS):
-        out.pop(key, None)
-    return out
-
-
-def delivery_properties(headers: Mapping[str, Any], properties: Mapping[str, Any]) -> dict[str, Any]:
-    """Return the AMQP properties of the delivered message.
-
-    The content type comes back from ``x-schedule-content-type`` (a library that
-    parks bytes as ``application/octet-stream`` still delivers them as what
-    they are), and the delivery mode from the publisher's own choice.
-    """
-    out = carried(properties)
-    content_type = delivered_content_type(headers)
-    if content_type is not None:
-        out["content_type"] = content_type
-    out["delivery_mode"] = delivered_mode(headers)
-    if properties.get("type") not in (None, MESSAGE_TYPE):
-        out["type"] = properties["type"]
-    return out
-
-
 def delivered_content_type(headers: Mapping[str, Any]) -> Optional[str]:
-    """The content type ``x-schedule-content-type`` restores on delivery, or None to keep the property."""
+    """The content type ``x-schedule-content-type`` restores on delivery (a library that parks bytes as
+    ``application/octet-stream`` still delivers them as what they are), or None to keep the property."""
     return text_of(headers.get(CONTENT_TYPE)) or None
 
 
@@ -187,27 +261,29 @@ def _content_type_problem(headers: Mapping[str, Any]) -> Optional[str]:
 
 def decide(
     headers: Optional[Mapping[str, Any]],
-    properties: Mapping[str, Any],
     now_ms: int,
     *,
     allow_exchange: Optional[Callable[[str], bool]] = None,
     max_delay_ms: int = MAX_DELAY * 1000,
-    plan: Callable[[int, int], Optional[int]] = place,
+    plan: Callable[[int], Step] = choose_rung,
 ) -> Decision:
-    """Decide what one expired message becomes: a delivery, a hop or a parking.
+    """Decide where one expired message goes: delivered (now or held until due), into a rung, or parked.
+
+    Only addresses come back; the bytes are built by whoever publishes
+    (:mod:`kombu_ladder.relay.outgoing`).
 
     Arguments:
         headers: the message's application headers (``None`` when it had none).
-        properties: its AMQP properties, as a plain mapping.
         now_ms: the relay's clock, in epoch milliseconds.
         allow_exchange: optional predicate; a target exchange it refuses is parked.
         max_delay_ms: a due time further ahead than this is parked as malformed
             (a unit mistake); the default is :data:`~kombu_ladder.plan.MAX_DELAY`.
-        plan: ``plan(due_at_ms, now_ms)`` gives the rung or None (deliver); the
-            default is :func:`~kombu_ladder.plan.place`, the contract's rule.
+        plan: ``plan(remaining_ms)`` gives the rung, :data:`~kombu_ladder.plan.DELIVER` (None) or
+            :data:`~kombu_ladder.plan.HOLD`; the default is :func:`~kombu_ladder.plan.choose_rung`,
+            the contract's rule (a relay's is :func:`~kombu_ladder.plan.step`).
 
     Returns:
-        :class:`Deliver`, :class:`Hop` or :class:`Park`.
+        :class:`Deliver`, :class:`Hold`, :class:`Hop` or :class:`Park`.
     """
     if not isinstance(headers, Mapping) or not headers:
         return Park("malformed: the message has no headers (not a scheduled message)")
@@ -243,24 +319,16 @@ def decide(
     if is_internal(exchange):
         return Park(f"unroutable: target exchange {quote(exchange)} is internal to RabbitMQ, "
                     f"which refuses every publish to it")
+    own = own_name_problem(exchange, routing_key)
+    if own is not None:
+        return Park(f"refused: target {own[1]}")
     problem = _content_type_problem(headers)
     if problem is not None:
         return Park(f"malformed: {problem}")
     if allow_exchange is not None and not allow_exchange(exchange):
         return Park(f"refused: target exchange {quote(exchange)} is not in the relay's allow-list")
 
-    rung = plan(due, now_ms)
-    if rung is None:
-        return Deliver(
-            exchange=exchange,
-            routing_key=routing_key,
-            headers=strip_for_delivery(headers),
-            properties=delivery_properties(headers, properties),
-            due_at=due,
-        )
-    return Hop(
-        rung=rung,
-        queue=rung_name(rung),
-        headers=strip_death(headers),
-        properties=scheduled_properties(properties),
-    )
+    step = plan(due - now_ms)
+    if isinstance(step, int):
+        return Hop(step)
+    return Deliver(exchange, routing_key, due) if step is DELIVER else Hold(exchange, routing_key, due)

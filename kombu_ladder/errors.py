@@ -4,11 +4,19 @@ from __future__ import annotations
 
 from typing import Optional
 
-__all__ = ["LadderError", "TopologyConflict"]
+__all__ = ["LadderError", "TopologyConflict", "LadderNotDeclared", "CancellationsUnavailable"]
 
 
 class LadderError(Exception):
     """Base class for every error kombu_ladder raises on purpose."""
+
+
+class LadderNotDeclared(LadderError):
+    """The ladder is missing and the user may not declare it (a producer with its minimal permissions)."""
+
+
+class CancellationsUnavailable(LadderError):
+    """No cancellation can be recorded: the exchange is not set up and the stream cannot be written otherwise."""
 
 
 #: Arguments only the quorum profile declares: a conflict on one of them is a conflict of profiles.

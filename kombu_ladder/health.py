@@ -5,19 +5,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
+from .cancellation.records import STREAM, STREAM_ARGUMENTS, STREAM_EXCHANGE, STREAM_EXCHANGE_TYPE
 from .contract import CONTROL, EXCHANGE, EXCHANGE_TYPE, PARKING
 from .depths import QueueDepth
 from .topology import ladder_queues, parking_queue
 
-__all__ = ["Finding", "DEFAULT_MAX_BACKLOG", "topology_findings", "queue_findings", "healthy"]
+__all__ = ["Finding", "DEFAULT_MAX_BACKLOG", "topology_findings", "queue_findings", "cancellation_findings",
+           "relay_count", "healthy"]
 
 #: Messages waiting in acemq.schedule.due above which ``check`` fails: relays that keep up hold it
 #: near 0; a release of many messages due at once may pass this briefly.
 DEFAULT_MAX_BACKLOG = 1000
 
 T_MISSING = "{names} (run 'kombu-ladder declare')"
-T_DIFFERS = "{name} exists with settings other than the contract's: {reason}"
-T_TOPOLOGY_OK = "topology as the contract says"
+T_DIFFERS = "{name} exists with settings other than the {profile}'s: {reason}"
+T_TOPOLOGY_OK = "topology as the {profile} says"
+#: How the findings name each queue profile.
+PROFILES = {"classic": "contract", "quorum": "quorum profile"}
 T_NO_RELAY = "no relay consumes {queue}"
 T_FEW_RELAYS = "{count} relay(s) consume {queue}, fewer than {minimum}"
 T_RELAYS_OK = "{count} relay(s) consuming"
@@ -25,13 +29,21 @@ T_BACKLOG = "{count} message(s) wait in {queue}, not under {maximum}: the relays
 T_BACKLOG_OK = "backlog {count} (under {maximum})"
 T_PARKED = "{count} message(s) are parked in {queue}, more than {maximum}"
 T_PARKED_OK = "{count} parked"
+T_STREAM_OK = "{stream} is the cancellation stream"
+T_STREAM_NO_EXCHANGE = ("{stream} is the cancellation stream; the exchange {exchange} is not declared, so a "
+                        "canceller with only its own rights cannot cancel (run 'kombu-ladder declare')")
+T_STREAM_NOT_YET = "{stream} not declared yet (the first relay declares it)"
+T_STREAM_MISSING = ("{stream} is missing while {count} relay(s) consume {queue}: cancellations recorded now reach "
+                    "none of them (run 'kombu-ladder declare', then restart the relays)")
+T_STREAM_DIFFERS = ("{stream} is not the cancellation stream ({reason}): NO relay enforces cancellations, a "
+                    "cancelled message is delivered; delete it, run 'kombu-ladder declare' and restart the relays")
 
 
 @dataclass(frozen=True)
 class Finding:
     """One aspect of the ladder's health."""
 
-    #: ``topology``, ``relays``, ``backlog`` or ``parked``.
+    #: ``topology``, ``relays``, ``backlog``, ``parked`` or ``cancellations``.
     check: str
     ok: bool
     #: One line saying what was found.
@@ -59,8 +71,11 @@ def _probe(connection: Any, passive: Any, active: Any) -> tuple[bool, Optional[s
 
 
 def _exchange(*, passive: bool) -> Callable[[Any], Any]:
-    return lambda channel: channel.exchange_declare(EXCHANGE, EXCHANGE_TYPE, passive=passive, durable=True,
-                                                    auto_delete=False)
+    return _declare_exchange(EXCHANGE, EXCHANGE_TYPE, passive=passive)
+
+
+def _declare_exchange(name: str, kind: str, *, passive: bool) -> Callable[[Any], Any]:
+    return lambda channel: channel.exchange_declare(name, kind, passive=passive, durable=True, auto_delete=False)
 
 
 def _queue(name: str, arguments: dict[str, Any], *, passive: bool) -> Callable[[Any], Any]:
@@ -68,8 +83,9 @@ def _queue(name: str, arguments: dict[str, Any], *, passive: bool) -> Callable[[
                                                  arguments=arguments)
 
 
-def topology_findings(connection: Any) -> list[Finding]:
-    """Check that the exchange and every queue exist with exactly the contract's settings.
+def topology_findings(connection: Any, *, queue_type: str = "classic") -> list[Finding]:
+    """Check that the exchange and every queue exist with exactly the contract's settings (or, with
+    ``queue_type="quorum"``, the quorum profile's: see :func:`kombu_ladder.topology.declare`).
 
     Each is first declared passively (nothing is created); one that exists is then
     declared as the contract says, which RabbitMQ refuses when its settings differ and
@@ -80,7 +96,7 @@ def topology_findings(connection: Any) -> list[Finding]:
     """
     missing: list[str] = []
     problems: list[Finding] = []
-    queues = [*ladder_queues(), parking_queue()]
+    queues = [*ladder_queues(queue_type), parking_queue()]
     probes = [(EXCHANGE, _exchange(passive=True), _exchange(passive=False))]
     for queue in queues:
         arguments = dict(getattr(queue, "queue_arguments", None) or {})
@@ -91,11 +107,18 @@ def topology_findings(connection: Any) -> list[Finding]:
         if not exists:
             missing.append(name)
         elif reason is not None:
-            problems.append(Finding("topology", False, T_DIFFERS.format(name=name, reason=reason)))
+            problems.append(Finding("topology", False, T_DIFFERS.format(name=name, reason=reason,
+                                                                        profile=PROFILES[queue_type])))
     if missing:
         problems.insert(0, Finding("topology", False, T_MISSING.format(
             names="the ladder is not declared" if len(missing) == len(probes) else ", ".join(missing) + " missing")))
-    return problems or [Finding("topology", True, T_TOPOLOGY_OK)]
+    return problems or [Finding("topology", True, T_TOPOLOGY_OK.format(profile=PROFILES[queue_type]))]
+
+
+def relay_count(depths: Sequence[QueueDepth]) -> int:
+    """How many relays consume the control queue, from its depth row (0 when it is missing)."""
+    control = next((row for row in depths if row.queue == CONTROL), None)
+    return (control.consumers or 0) if control is not None and control.messages is not None else 0
 
 
 def queue_findings(depths: Sequence[QueueDepth], *, min_relays: int = 1, max_backlog: int = DEFAULT_MAX_BACKLOG,
@@ -120,6 +143,38 @@ def queue_findings(depths: Sequence[QueueDepth], *, min_relays: int = 1, max_bac
         findings.append(Finding("parked", ok, (T_PARKED_OK if ok else T_PARKED).format(
             count=parked.messages, queue=PARKING, maximum=max_parked)))
     return findings
+
+
+def cancellation_findings(connection: Any, *, relays: int = 0) -> list[Finding]:
+    """Check that ``ladder.cancellations`` is the stream every relay reads, with exactly its arguments.
+
+    A queue of that name declared otherwise first (a classic queue, a stream with a short
+    ``x-max-age`` or a size limit) makes every relay refuse it, and relay without enforcing
+    cancellations. Checked as :func:`topology_findings` checks the ladder: a passive declare, then
+    the stream's own declaration, which RabbitMQ refuses when the settings differ and which changes
+    nothing otherwise. A policy (``max-age``, ``max-length-bytes``) cannot be seen over AMQP.
+
+    Arguments:
+        connection: a :class:`kombu.Connection`.
+        relays: how many relays consume the control queue: a missing stream is a problem only then
+            (each relay declares it when it starts).
+
+    Returns:
+        One :class:`Finding` (check ``cancellations``).
+    """
+    exists, reason = _probe(connection, _queue(STREAM, dict(STREAM_ARGUMENTS), passive=True),
+                            _queue(STREAM, dict(STREAM_ARGUMENTS), passive=False))
+    if not exists:
+        if relays:
+            return [Finding("cancellations", False, T_STREAM_MISSING.format(stream=STREAM, count=relays,
+                                                                            queue=CONTROL))]
+        return [Finding("cancellations", True, T_STREAM_NOT_YET.format(stream=STREAM))]
+    if reason is not None:
+        return [Finding("cancellations", False, T_STREAM_DIFFERS.format(stream=STREAM, reason=reason))]
+    exchange, _ = _probe(connection, _declare_exchange(STREAM_EXCHANGE, STREAM_EXCHANGE_TYPE, passive=True),
+                         _declare_exchange(STREAM_EXCHANGE, STREAM_EXCHANGE_TYPE, passive=True))
+    text = T_STREAM_OK if exchange else T_STREAM_NO_EXCHANGE
+    return [Finding("cancellations", True, text.format(stream=STREAM, exchange=STREAM_EXCHANGE))]
 
 
 def healthy(findings: Sequence[Finding]) -> bool:

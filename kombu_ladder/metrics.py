@@ -9,18 +9,20 @@ from typing import Any, Callable, Iterator, Optional
 from .errors import LadderError
 from .observe import LATENESS_BUCKETS, REASONS
 
-E_NO_PROMETHEUS = 'the ladder\'s metrics need prometheus-client: pip install "kombu-ladder[prometheus]"'
+E_NO_PROMETHEUS = ('the ladder\'s metrics need prometheus-client: pip install "prometheus-client>=0.17,<1" '
+                   "(kombu-ladder's prometheus extra)")
 
 if find_spec("prometheus_client") is None:  # say what to install, in one line
     raise ModuleNotFoundError(E_NO_PROMETHEUS, name="prometheus_client")
 
-from prometheus_client import start_http_server  # noqa: E402 - after the check above
+from prometheus_client import make_wsgi_app  # noqa: E402 - after the check above
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily  # noqa: E402
 from prometheus_client.registry import Collector, CollectorRegistry  # noqa: E402
 from prometheus_client.utils import floatToGoString  # noqa: E402
 
 from .relay.counters import Counters  # noqa: E402
 from .sampler import DEFAULT_INTERVAL, QueueSampler  # noqa: E402
+from .serving import MAX_CONNECTIONS, READ_TIMEOUT, serve  # noqa: E402
 
 __all__ = ["LadderCollector", "MetricsServer", "MetricsError", "METRIC_NAMES", "DEFAULT_ADDRESS", "E_NO_PROMETHEUS"]
 
@@ -38,20 +40,26 @@ COUNTER_HELP = {
     "delivered": "Messages delivered to their target, confirmed by the broker.",
     "hops": "Times the relay put a message back into a rung, confirmed by the broker.",
     "malformed": "Messages without valid x-schedule-* headers (parked, also counted in ladder_parked_total).",
-    "parked": "Messages parked in acemq.schedule.parked, by reason (confirmed by the broker).",
+    "parked": ("Messages parked in acemq.schedule.parked (confirmed by the broker), by reason: malformed, "
+               "unroutable (no such exchange, queue or binding), refused (the allow-list, or a target that refused "
+               "every try) or other; the message's x-ladder-parked-reason has the whole reason."),
     "refused": "Deliveries the broker refused (nack); each is retried or parked.",
     "cancelled": "Cancelled messages (ids in ladder.cancellations) the relay dropped at a hop or at delivery.",
-    "scheduled": "Messages this process put into the ladder.",
+    "scheduled": "Messages this process (a Celery worker: its pool processes included) put into the ladder.",
+    "adopted": "ETA tasks sent without the ladder that this worker moved into it.",
+    "originals_dropped": "Redelivered originals of tasks this worker's fleet had adopted, acked without running.",
 }
 
 #: Every metric family this module exports (a dashboard may query these, with the suffixes below).
 METRIC_NAMES: tuple[str, ...] = (
-    *(f"ladder_{name}_total" for name in ("received", "delivered", "hops", "malformed", "parked", "cancelled")),
+    *(f"ladder_{name}_total" for name in ("received", "delivered", "hops", "malformed", "parked", "refused",
+                                          "cancelled")),
     "ladder_delivery_lateness_seconds",
     "ladder_queue_messages",
     "ladder_queue_consumers",
     "ladder_queue_sampled_timestamp_seconds",
     "ladder_queue_sample_errors_total",
+    "ladder_cancellations_enforced",
 )
 
 
@@ -70,13 +78,18 @@ class LadderCollector(Collector):
         counters: the relay's counters.
         sampler: the queue sampler, if queue depths are exported.
         extra: more counters of this process, ``{name: value}``, exported as ``ladder_<name>_total``.
+        enforcing: whether the relay enforces cancellations now (it reads ``ladder.cancellations``),
+            exported as the gauge ``ladder_cancellations_enforced`` (1 or 0); see
+            :func:`kombu_ladder.observe.cancellations_enforced`.
     """
 
     def __init__(self, counters: Counters, sampler: Optional[QueueSampler] = None, *,
-                 extra: Optional[Callable[[], dict[str, int]]] = None) -> None:
+                 extra: Optional[Callable[[], dict[str, int]]] = None,
+                 enforcing: Optional[Callable[[], bool]] = None) -> None:
         self.counters = counters
         self.sampler = sampler
         self.extra = extra
+        self.enforcing = enforcing
 
     def collect(self) -> Iterator[Any]:
         counters = self.counters
@@ -90,6 +103,10 @@ class LadderCollector(Collector):
         for reason in REASONS:
             parked.add_metric([reason], counters.parked_reasons.get(reason, 0))
         yield parked
+        if self.enforcing is not None:
+            yield GaugeMetricFamily("ladder_cancellations_enforced", "1 while the relay reads ladder.cancellations "
+                                    "and drops cancelled messages, 0 while it cannot (cancelled messages are "
+                                    "delivered).", value=1 if self.enforcing() else 0)
         yield self._lateness()
         if self.sampler is not None:
             yield from self._queues(self.sampler)
@@ -120,7 +137,8 @@ class LadderCollector(Collector):
         if sampler.sampled_at is not None:
             stamp.add_metric([], sampler.sampled_at)
         yield stamp
-        yield CounterMetricFamily("ladder_queue_sample_errors", "Queue-depth samples that failed.",
+        yield CounterMetricFamily("ladder_queue_sample_errors",
+                                  "Queue-depth samples that failed (the queue gauges are then absent, never stale).",
                                   value=sampler.errors)
 
 
@@ -135,15 +153,24 @@ class MetricsServer:
         address: the address to listen on.
         interval: seconds between two queue-depth samples.
         extra: more counters of this process (see :class:`LadderCollector`).
+        enforcing: whether the relay enforces cancellations now (see :class:`LadderCollector`).
+        read_timeout: seconds a connection may stay silent before it is closed.
+        max_connections: connections open at once; past it the oldest idle one is closed (see
+            :class:`kombu_ladder.serving.BoundedServer`), so idle sockets never exhaust the relay's
+            file descriptors.
     """
 
     def __init__(self, counters: Counters, connection: Any = None, *, port: int, address: str = DEFAULT_ADDRESS,
-                 interval: float = DEFAULT_INTERVAL, extra: Optional[Callable[[], dict[str, int]]] = None) -> None:
+                 interval: float = DEFAULT_INTERVAL, extra: Optional[Callable[[], dict[str, int]]] = None,
+                 enforcing: Optional[Callable[[], bool]] = None, read_timeout: float = READ_TIMEOUT,
+                 max_connections: int = MAX_CONNECTIONS) -> None:
         self.address = address
         self.port = port
+        self.read_timeout = read_timeout
+        self.max_connections = max_connections
         self.sampler = QueueSampler(connection.clone(), interval=interval) if connection is not None else None
         self.registry = CollectorRegistry(auto_describe=True)
-        self.registry.register(LadderCollector(counters, self.sampler, extra=extra))
+        self.registry.register(LadderCollector(counters, self.sampler, extra=extra, enforcing=enforcing))
         self._httpd: Any = None
 
     def start(self) -> "MetricsServer":
@@ -155,7 +182,8 @@ class MetricsServer:
         if self.sampler is not None:
             self.sampler.start()
         try:
-            self._httpd, _ = start_http_server(self.port, addr=self.address, registry=self.registry)
+            self._httpd, _ = serve(make_wsgi_app(self.registry), self.address, self.port,
+                                   read_timeout=self.read_timeout, max_connections=self.max_connections)
         except OSError as exc:
             if self.sampler is not None:
                 self.sampler.stop()

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from kombu import Connection, Consumer, Queue
 
+from .cancellation.records import STREAM, LiveSet, RecordError, decode, encode_marker
 from .carry import confirming, prepare_copy
 from .contract import CONTROL, EXCHANGE, PARKING, rung_names
 from .envelope import strip_death
 from .errors import LadderError
+from .link import clock_of
+from .relay.cancelwatch import CATCH_UP_TIMEOUT, RECORD_PREFETCH, cancelled_id, read_from
 from .topology import declare
 
 __all__ = ["MoveResult", "move"]
@@ -20,6 +24,9 @@ __all__ = ["MoveResult", "move"]
 logger = logging.getLogger(__name__)
 
 I_MOVED = "moved %d message(s) from %s"
+I_DROPPED = "dropped %d cancelled message(s) from %s instead of moving them"
+W_NO_RECORDS = ("the source's %s was not read to its end within %.0f s; messages cancelled by the records "
+                "not read are moved")
 
 #: Messages moved per round: consumed with this prefetch, published, confirmed together, then acked.
 BATCH = 200
@@ -32,6 +39,8 @@ class MoveResult:
     """What :func:`move` did: messages moved per source queue."""
 
     moved: dict[str, int] = field(default_factory=dict)
+    #: Messages dropped per source queue instead of moved: the source's cancellations cancel them.
+    cancelled: dict[str, int] = field(default_factory=dict)
 
     @property
     def total(self) -> int:
@@ -40,7 +49,7 @@ class MoveResult:
 
 
 def move(source: Connection, target: Connection, *, limit: Optional[int] = None,
-         include_parked: bool = True) -> MoveResult:
+         include_parked: bool = True, queue_type: str = "classic") -> MoveResult:
     """Move every message waiting in ``source``'s ladder into ``target``'s.
 
     Each rung and the control queue are emptied into ``target``'s
@@ -48,6 +57,13 @@ def move(source: Connection, target: Connection, *, limit: Optional[int] = None,
     ``target``'s relay then reads each message's ``x-schedule-due-at`` and puts
     it into the right rung, or delivers it when it is due, so no due time
     changes. Parked messages go to ``target``'s parking queue, unchanged.
+
+    The source's cancellations (``ladder.cancellations``, the records a relay
+    would read) are read first: a rung or control-queue message one of them
+    cancels is acked on ``source`` and not moved, as a relay would have dropped
+    it (counted in :attr:`MoveResult.cancelled`). A message in a rung carries
+    no rung-entry time, so there its id alone decides; parked messages are
+    always moved.
 
     Body, properties and application headers are copied unchanged (minus
     RabbitMQ's ``x-death`` bookkeeping). Each message is acked on ``source``
@@ -61,32 +77,109 @@ def move(source: Connection, target: Connection, *, limit: Optional[int] = None,
         target: the broker to fill (the "green" one); its topology is declared.
         limit: move at most this many messages per queue.
         include_parked: also move ``acemq.schedule.parked``.
+        queue_type: the profile declared on ``target``: ``"classic"`` (the contract) or ``"quorum"``
+            (see :func:`~kombu_ladder.topology.declare`); moving between profiles is allowed.
 
     Returns:
         A :class:`MoveResult`.
 
     Raises:
-        ValueError: ``limit`` is not a positive integer.
+        ValueError: ``limit`` is not a positive integer, or ``queue_type`` is unknown.
+        TopologyConflict: ``target``'s ladder is declared with another profile.
         LadderError: ``target`` refused or did not confirm a batch; it stays on ``source``.
     """
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
         raise ValueError(f"limit must be a positive integer or None, not {limit!r}")
-    declare(target)
+    declare(target, queue_type=queue_type)
     queues = [*rung_names(), CONTROL] + ([PARKING] if include_parked else [])
+    clock = clock_of(source, None)
+    live = read_cancellations(source, clock=clock)
     moved: dict[str, int] = {}
+    cancelled: dict[str, int] = {}
     out = target.channel()
     confirms = _Confirms(target, out)
     try:
         for name in queues:
-            moved[name] = _move_queue(source, confirms, name, limit)
+            drop = None if name == PARKING or not len(live) else _Dropper(live, clock)
+            moved[name] = _move_queue(source, confirms, name, limit, drop)
+            cancelled[name] = drop.count if drop is not None else 0
             if moved[name]:
                 logger.info(I_MOVED, moved[name], name)
+            if cancelled[name]:
+                logger.info(I_DROPPED, cancelled[name], name)
     finally:
         out.close()
-    return MoveResult(moved)
+    return MoveResult(moved, cancelled)
 
 
-def _move_queue(source: Connection, confirms: "_Confirms", name: str, limit: Optional[int]) -> int:
+class _Dropper:
+    """Says whether a source message is cancelled (and counts those that are)."""
+
+    def __init__(self, live: LiveSet, clock: Callable[[], float]) -> None:
+        self.live, self.clock, self.count = live, clock, 0
+
+    def __call__(self, message: Any) -> bool:
+        properties = message.properties or {}
+        found = cancelled_id(self.live, int(self.clock() * 1000), properties.get("message_id"),
+                             properties.get("correlation_id"), message.headers or {})
+        self.count += found is not None
+        return found is not None
+
+
+def read_cancellations(source: Connection, *, clock: Callable[[], float] = time.time) -> LiveSet:
+    """The live cancellations of ``source``'s ``ladder.cancellations``, read as a relay reads them.
+
+    The records of the last :data:`~kombu_ladder.relay.cancelwatch.READ_BACK_MS` are read up to a
+    marker appended to the stream; none when the stream does not exist. Bad records are skipped.
+    """
+    live = LiveSet()
+    channel = source.channel()
+    try:
+        try:
+            channel.queue_declare(STREAM, passive=True)
+        except source.channel_errors:
+            return live  # no stream: nothing was ever cancelled there
+        channel.auto_decode = False  # the records' bytes, as a relay reads them
+        token, done = uuid.uuid4().hex, []
+        now = int(clock() * 1000)
+
+        def on_record(message: Any) -> None:
+            body = message.body
+            try:
+                record = decode(body.encode("utf-8", "surrogateescape") if isinstance(body, str) else body)
+            except RecordError:
+                pass
+            else:
+                if record.kind == "cancel":
+                    live.add(record, now)
+                elif record.id == token:
+                    done.append(True)
+            message.ack()
+
+        consumer = Consumer(channel, queues=[Queue(STREAM, no_declare=True,
+                                                   consumer_arguments={"x-stream-offset": read_from(clock())})],
+                            on_message=on_record, prefetch_count=RECORD_PREFETCH, no_ack=False, accept=None)
+        consumer.consume()
+        channel.basic_publish(channel.prepare_message(encode_marker(token, at=now)), exchange="", routing_key=STREAM)
+        deadline = time.monotonic() + CATCH_UP_TIMEOUT
+        while not done:
+            if time.monotonic() > deadline:
+                logger.warning(W_NO_RECORDS, STREAM, CATCH_UP_TIMEOUT)
+                break
+            try:
+                source.drain_events(timeout=1.0)
+            except TimeoutError:
+                continue
+    finally:
+        try:
+            channel.close()
+        except Exception:  # noqa: BLE001 - the broker may have closed it already
+            logger.debug("closing the stream channel failed", exc_info=True)
+    return live
+
+
+def _move_queue(source: Connection, confirms: "_Confirms", name: str, limit: Optional[int],
+                drop: Optional[_Dropper] = None) -> int:
     channel = source.channel()
     try:
         try:
@@ -112,11 +205,13 @@ def _move_queue(source: Connection, confirms: "_Confirms", name: str, limit: Opt
                 break
             batch, received[:] = received[:want], received[want:]
             for message in batch:
+                if drop is not None and drop(message):
+                    continue  # cancelled: acked with its batch, never moved
                 confirms.publish(message, parked=name == PARKING)
             confirms.wait()
             batch[-1].ack(multiple=True)
             count += len(batch)
-        return count
+        return count - (drop.count if drop is not None else 0)
     finally:
         try:
             channel.close()  # unacked extras (prefetched past the budget) go back to the queue

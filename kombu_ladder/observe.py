@@ -9,7 +9,7 @@ from typing import Any, Mapping, Optional
 from .contract import DUE_AT
 from .plan import parse_due_at
 
-__all__ = ["REASONS", "LATENESS_BUCKETS", "Lateness", "reason_code", "lateness_seconds"]
+__all__ = ["REASONS", "LATENESS_BUCKETS", "Lateness", "reason_code", "lateness_seconds", "cancellations_enforced"]
 
 #: Why a message was parked, as a small fixed set (a metric label, never free text). A park
 #: reason starts with one of these followed by a colon; any other reason counts as ``other``.
@@ -35,6 +35,13 @@ def reason_code(reason: str) -> str:
     """
     code, colon, _ = reason.partition(":") if isinstance(reason, str) else ("", "", "")
     return code if colon and code in REASONS[:-1] else "other"
+
+
+def cancellations_enforced(core: Any) -> bool:
+    """Whether a relay (its :class:`~kombu_ladder.relay.RelayCore`) reads ``ladder.cancellations`` now, and so
+    drops cancelled messages; False while it cannot (the stream refused, declared otherwise) or is not connected."""
+    cancels = getattr(core, "cancels", None)
+    return cancels is not None and bool(cancels.enforcing)
 
 
 def lateness_seconds(headers: Optional[Mapping[str, Any]], now: float) -> Optional[float]:

@@ -48,8 +48,27 @@ def unparked_headers(headers: Optional[dict[str, Any]]) -> dict[str, Any]:
     return {k: v for k, v in (headers or {}).items() if k not in _UNPARKED}
 
 
+#: The reason of a message RabbitMQ itself parked: the quorum profile's control queue dead-letters
+#: to the parking queue a message that spent its delivery limit (relay crashes, lost connections).
+DELIVERY_LIMIT_REASON = ("delivery_limit: RabbitMQ moved it here from {queue} once it had been handed to relays "
+                         "more times than the queue's delivery limit allows (quorum profile)")
+
+
+def _last_death(headers: dict[str, Any]) -> dict[str, Any]:
+    """The newest death a broker wrote (4.x: ``x-last-death-*``; 3.x: the first table of ``x-death``)."""
+    deaths = headers.get("x-death")
+    newest = deaths[0] if isinstance(deaths, list) and deaths and isinstance(deaths[0], dict) else {}
+    return {"reason": text_of(headers.get("x-last-death-reason", newest.get("reason"))),
+            "queue": text_of(headers.get("x-last-death-queue", newest.get("queue")))}
+
+
 def _reason(message: Any) -> str:
-    reason = (message.headers or {}).get(PARKED_REASON, "")
+    headers = message.headers or {}
+    if PARKED_REASON not in headers:
+        death = _last_death(headers)
+        if death["reason"] == "delivery_limit":
+            return DELIVERY_LIMIT_REASON.format(queue=death["queue"] or CONTROL)
+    reason = headers.get(PARKED_REASON, "")
     text = text_of(reason)
     return text if text is not None else repr(reason)
 

@@ -11,14 +11,17 @@ from amqp.channel import Channel as AmqpChannel
 from kombu import Consumer, Queue
 
 from .carry import text_of
-from .contract import DUE_AT, PARKED_REASON, PARKING, TARGET_EXCHANGE, TARGET_ROUTING_KEY, rung_names
+from .contract import CONTROL, DUE_AT, PARKED_REASON, PARKING, TARGET_EXCHANGE, TARGET_ROUTING_KEY, rung_names
 from .plan import parse_due_at
 
-__all__ = ["Sighting", "Progress", "FindResult", "SCANNED_QUEUES", "DEFAULT_LIMIT", "find", "matches", "peek"]
+__all__ = ["Sighting", "Progress", "FindResult", "SCANNED_QUEUES", "DEFAULT_LIMIT", "find", "matches", "peek",
+           "sighting_of"]
 
 #: Where :func:`find` looks, in this order: the rungs longest first (a message only ever moves to a
-#: shorter or the same rung, so one that moves during a scan moves ahead of it), then the parking queue.
-SCANNED_QUEUES: tuple[str, ...] = (*rung_names(), PARKING)
+#: shorter or the same rung, so one that moves during a scan moves ahead of it), then the control queue
+#: (what expired during the scan, and what ``move`` put there before a relay placed it), then the
+#: parking queue.
+SCANNED_QUEUES: tuple[str, ...] = (*rung_names(), CONTROL, PARKING)
 
 #: How many messages :func:`find` looks at, at most, over all the queues.
 DEFAULT_LIMIT = 200_000
@@ -90,8 +93,15 @@ def _sighting(queue: str, position: int, depth: int, headers: Mapping[str, Any],
     )
 
 
+def sighting_of(queue: str, position: int, depth: int, message: Any) -> Sighting:
+    """The :class:`Sighting` of ``message`` (as :func:`peek` shows it) at ``position`` of ``queue``."""
+    headers = message.headers if isinstance(message.headers, Mapping) else {}
+    return _sighting(queue, position, depth, headers, getattr(message, "properties", None) or {})
+
+
 def peek(connection: Any, queue: str, visit: Callable[[int, Any], bool], *, limit: int,
-         progress: Optional[Callable[[Progress], None]] = None) -> tuple[int, int]:
+         progress: Optional[Callable[[Progress], None]] = None,
+         settle: Optional[Callable[[Any], None]] = None) -> tuple[int, int]:
     """Show each message of ``queue`` to ``visit(position, message)``, head first, and put them all back.
 
     The messages are consumed unacknowledged on a channel of their own, which is then
@@ -107,6 +117,9 @@ def peek(connection: Any, queue: str, visit: Callable[[int, Any], bool], *, limi
             True stops the scan there.
         limit: look at this many messages at most.
         progress: called about once a second with a :class:`Progress`.
+        settle: called with the scan's channel once the scan stopped, before the channel is
+            closed: what it acks there (the message ``visit`` stopped at, say) is taken, and
+            every other message goes back. If it raises, nothing it did uncommitted is kept.
 
     Returns:
         ``(looked_at, depth)``: messages looked at, and the queue's depth when the scan started.
@@ -139,6 +152,8 @@ def peek(connection: Any, queue: str, visit: Callable[[int, Any], bool], *, limi
                 progress(Progress(queue, seen, depth))
         stop = True
         cancel()  # the deliveries still on their way arrive before the cancel's reply, and are ignored
+        if settle is not None:
+            settle(channel)
         return seen, depth
     finally:
         try:
@@ -148,13 +163,16 @@ def peek(connection: Any, queue: str, visit: Callable[[int, Any], bool], *, limi
 
 
 class _Raw:
-    """A py-amqp message seen as a kombu one (``headers``, ``properties``), without kombu's decoding."""
+    """A py-amqp message seen as a kombu one (``headers``, ``properties``, ``body``, ``delivery_tag``),
+    without kombu's decoding."""
 
-    __slots__ = ("headers", "properties")
+    __slots__ = ("headers", "properties", "body", "delivery_tag")
 
     def __init__(self, message: Any) -> None:
         self.properties = message.properties
         self.headers = message.properties.get("application_headers") or {}
+        self.body = message.body
+        self.delivery_tag = message.delivery_tag
 
 
 def _consume(channel: Any, queue: str, on_message: Callable[[Any], None]) -> Callable[[], None]:
@@ -173,12 +191,14 @@ def _consume(channel: Any, queue: str, on_message: Callable[[Any], None]) -> Cal
 
 def find(connection: Any, ident: str, *, limit: int = DEFAULT_LIMIT, first: bool = True,
          queues: tuple[str, ...] = SCANNED_QUEUES,
-         progress: Optional[Callable[[Progress], None]] = None) -> FindResult:
+         progress: Optional[Callable[[Progress], None]] = None,
+         take: Optional[Callable[[Any, Any], None]] = None) -> FindResult:
     """Find the waiting messages whose message id, correlation id or Celery task id is ``ident``.
 
-    Each queue is looked at with :func:`peek`, so nothing is taken, reordered or lost.
-    A message on its way between two queues (in ``acemq.schedule.due``, or at the relay)
-    at the moment its queue is looked at is not seen.
+    Each queue is looked at with :func:`peek`, so nothing is taken, reordered or lost
+    (unless ``take`` takes the match). A message at a relay (taken from
+    ``acemq.schedule.due``, not yet in its next queue) at the moment its queue is looked
+    at is not seen.
 
     Arguments:
         connection: a connected :class:`kombu.Connection`.
@@ -187,33 +207,41 @@ def find(connection: Any, ident: str, *, limit: int = DEFAULT_LIMIT, first: bool
         first: stop at the first match.
         queues: where to look, in order.
         progress: called about once a second on a long scan.
+        take: called with the scan's channel and the first match, still held unacked
+            on it, before that channel closes (see :func:`peek`'s ``settle``); only with
+            ``first``.
 
     Returns:
         A :class:`FindResult`.
     """
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
         raise ValueError(f"limit must be a positive integer, not {limit!r}")
+    if take is not None and not first:
+        raise ValueError("take needs first=True: it takes the first match")
     found: list[Sighting] = []
     looked_at = 0
     truncated = False
     started = time.monotonic()
     for queue in queues:
-        hits: list[tuple[int, Mapping[str, Any], Mapping[str, Any]]] = []
+        hits: list[tuple[int, Any]] = []
 
-        def visit(position: int, message: Any, hits: list[Any] = hits) -> bool:
+        def visit(position: int, message: Any, hits: list[tuple[int, Any]] = hits) -> bool:
             headers = message.headers if isinstance(message.headers, Mapping) else {}
-            properties = getattr(message, "properties", None) or {}
-            if matches(ident, headers, properties):
-                hits.append((position, headers, properties))
+            if matches(ident, headers, getattr(message, "properties", None) or {}):
+                hits.append((position, message))
                 return first
             return False
 
+        def settle(channel: Any, hits: list[tuple[int, Any]] = hits) -> None:
+            if take is not None and hits:
+                take(channel, hits[0][1])
+
         try:
-            seen, depth = peek(connection, queue, visit, limit=limit - looked_at, progress=progress)
+            seen, depth = peek(connection, queue, visit, limit=limit - looked_at, progress=progress, settle=settle)
         except connection.channel_errors:
             continue  # a missing queue holds nothing
         looked_at += seen
-        found += [_sighting(queue, position, depth, headers, properties) for position, headers, properties in hits]
+        found += [sighting_of(queue, position, depth, message) for position, message in hits]
         if found and first:
             break
         if looked_at >= limit:
@@ -221,4 +249,3 @@ def find(connection: Any, ident: str, *, limit: int = DEFAULT_LIMIT, first: bool
             break
     return FindResult(found=tuple(found), looked_at=looked_at, seconds=time.monotonic() - started,
                       truncated=truncated)
-

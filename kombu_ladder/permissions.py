@@ -6,13 +6,20 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
-__all__ = ["LADDER_NAMES", "CANCELLATIONS", "Permissions", "producer", "relay", "operator", "canceller", "union"]
+__all__ = ["LADDER_NAMES", "LADDER_EXCHANGE", "CANCELLATIONS", "ADOPTIONS", "Permissions", "producer", "relay",
+           "operator", "canceller", "adopter", "union"]
 
 #: Every name the ladder declares: the exchange, the five rungs, the control and parking queues.
 LADDER_NAMES = r"acemq\.schedule(\..+)?"
 
-#: The cancellation stream (an extension of this library, see kombu_ladder.cancels).
+#: The ladder's exchange alone: publishing into a rung (or the control queue) goes through it.
+LADDER_EXCHANGE = r"acemq\.schedule"
+
+#: The cancellation stream and the exchange bound to it, which share the name (see kombu_ladder.cancellation.records).
 CANCELLATIONS = r"ladder\.cancellations"
+
+#: The stream of adoption records a Celery worker writes and reads (see celery_ladder.adoption.records).
+ADOPTIONS = r"ladder\.adoptions"
 
 #: RabbitMQ's name for the default exchange ("" in AMQP), as permissions see it.
 _DEFAULT_EXCHANGE = r"amq\.default"
@@ -47,20 +54,21 @@ def _exchanges(names: Iterable[str]) -> list[str]:
 
 
 def producer(targets: Iterable[str]) -> Permissions:
-    """A publisher that schedules into the ladder.
+    """A publisher that schedules into the ladder, and nothing more.
 
-    It declares the ladder (configure; RabbitMQ also wants read on a queue and
-    write on its dead-letter exchange to declare it with one), binds the rungs
-    (write on them, read on the exchange), publishes into ``acemq.schedule``,
-    and publishes straight to its ``targets`` when a delay is under a second.
-    It may declare ``ladder.cancellations``; to record cancellations too
-    (``Scheduler.cancel``, a Celery revoke) add :func:`canceller`.
+    It publishes into the rungs through ``acemq.schedule`` (write on that exchange
+    alone), and straight to its ``targets`` when a delay is under a second. It
+    configures nothing, so it can neither declare nor delete a rung or the
+    cancellation stream: the ladder must be declared by the operator (``kombu-ladder
+    declare``) or a relay first, which the producer then finds with passive declares.
+    It reads nothing. To record cancellations too (``Scheduler.cancel``, a Celery
+    revoke) add :func:`canceller`. A ``""`` among the targets is the default exchange,
+    which reaches every queue of the vhost by name, ``ladder.cancellations`` included.
 
     Arguments:
         targets: the exchanges it schedules for; ``""`` is the default exchange.
     """
-    return Permissions(_anchor(LADDER_NAMES, CANCELLATIONS), _anchor(LADDER_NAMES, *_exchanges(targets)),
-                       _anchor(LADDER_NAMES))
+    return Permissions("^$", _anchor(LADDER_EXCHANGE, *_exchanges(targets)), "^$")
 
 
 def relay(targets: Iterable[str]) -> Permissions:
@@ -79,14 +87,30 @@ def relay(targets: Iterable[str]) -> Permissions:
 
 
 def operator(targets: Iterable[str] = ()) -> Permissions:
-    """Whoever runs ``status``, ``replay`` and ``cancel``: the same rights as a relay (parking is a ladder name)."""
-    return relay(targets)
+    """Whoever runs ``declare``, ``status``, ``check``, ``replay``, ``move`` and ``cancel``: a relay's rights,
+    plus write on ``ladder.cancellations``: ``declare`` binds the stream to its exchange (write on the
+    queue, read on the exchange), and ``cancel`` publishes to that exchange."""
+    rights = relay(targets)
+    return Permissions(rights.configure, _anchor(LADDER_NAMES, CANCELLATIONS, _DEFAULT_EXCHANGE, *_exchanges(targets)),
+                       rights.read)
 
 
 def canceller() -> Permissions:
-    """Whoever records cancellations: it declares ``ladder.cancellations`` and publishes to it
-    through the default exchange (``amq.default``). Join it to a producer's with :func:`union`."""
-    return Permissions(_anchor(CANCELLATIONS), _anchor(_DEFAULT_EXCHANGE), "^$")
+    """Whoever records cancellations: it publishes to the exchange ``ladder.cancellations``, bound to the
+    stream by the operator's ``declare``, and may do nothing else (it cannot read, declare or delete the
+    stream, nor write into any other queue). Join it to a producer's with :func:`union`."""
+    return Permissions("^$", _anchor(CANCELLATIONS), "^$")
+
+
+def adopter() -> Permissions:
+    """A Celery worker that adopts ETA tasks sent without the ladder (and ``celery ladder adopt``).
+
+    It declares and reads the stream ``ladder.adoptions`` and writes its records there
+    through ``amq.default``; it publishes the copies into the rungs through
+    ``acemq.schedule``, where it finds the ladder declared (passively) as a producer does.
+    Join it to the worker's own permissions and the relay's with :func:`union`.
+    """
+    return Permissions(_anchor(ADOPTIONS), _anchor(LADDER_EXCHANGE, _DEFAULT_EXCHANGE), _anchor(ADOPTIONS))
 
 
 def union(*permissions: Permissions) -> Permissions:

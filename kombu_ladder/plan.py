@@ -1,13 +1,14 @@
-"""Pure ladder arithmetic: due times, rung choice and hop forecasts (no I/O, no kombu)."""
+"""All rung arithmetic, pure: due times, the contract's and the relay's rung choice, the hold window, due windows."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from numbers import Real
-from typing import Optional, Union
+from typing import Mapping, Optional, Union
 
-from .contract import RUNGS
+from .contract import CONTROL, RUNGS, rung_name
 
 __all__ = [
     "DELIVER",
@@ -22,6 +23,25 @@ __all__ = [
     "delay_seconds",
     "due_at_ms",
     "to_millis",
+    "HOLD",
+    "HOLD_WINDOW",
+    "HOLD_CAPACITY",
+    "HOLD_BYTES",
+    "MAX_HOLD_BYTES",
+    "TOLERANCE_MIN_MS",
+    "TOLERANCE_PPM",
+    "Step",
+    "tolerance_ms",
+    "fit_rung",
+    "step",
+    "check_hold_window",
+    "check_hold_capacity",
+    "check_hold_bytes",
+    "forecast",
+    "HORIZONS",
+    "DueBound",
+    "due_window",
+    "due_bounds",
 ]
 
 #: What :func:`choose_rung` and :func:`place` return when no rung fits: deliver now.
@@ -212,3 +232,190 @@ def due_at_ms(
             )
         return due
     return now_ms + round(delay_seconds(countdown, argument="countdown", max_delay=max_delay) * 1000)
+
+
+# -- the relay's steps: the broker's expiry lag and the hold window --------------------------
+
+#: The least a rung may overshoot what remains (ms): covers RabbitMQ's expiry lag of one hop
+#: (2.5 ms median, 9 ms p99 measured on a quiet broker) with room to spare.
+TOLERANCE_MIN_MS = 20
+
+#: A rung may overshoot what remains by this many millionths of its length when that is more than
+#: :data:`TOLERANCE_MIN_MS`: 90 ms for the 1 h rung, so that 24 one-hour hops, which each
+#: expire a few ms late, still fit one hour each instead of stepping down at the last hour.
+TOLERANCE_PPM = 25
+
+#: Seconds: what remains below this is held by the relay and delivered at its due time. 10 s is
+#: the 10 s rung: no message ever takes a 1 s hop, and a held message waits at most 10 s (far
+#: below RabbitMQ's 30 min ``consumer_timeout``). Change it with ``hold_window=`` (Celery:
+#: ``ladder_hold_window``); 0 turns holding off (deliveries are then up to 1 s early, as AceMQ's).
+HOLD_WINDOW = 10.0
+
+#: Messages one relay holds at most; beyond that it falls back to the 1 s rung (and its prefetch
+#: is this much larger than the contract's 50, so that held messages never stall the hops).
+HOLD_CAPACITY = 2000
+
+#: Bytes (bodies and properties) one relay holds at most: 64 MiB. Over it the relay takes no new
+#: messages until held ones are delivered; a message bigger than the whole budget is still held alone.
+HOLD_BYTES = 64 * 1024 * 1024
+
+#: The largest byte budget accepted (64 GiB): a bigger one is a unit mistake.
+MAX_HOLD_BYTES = 64 << 30
+
+
+class _Hold:
+    """The outcome of :func:`step` meaning: keep the message unacked and deliver it at its due time."""
+
+    def __repr__(self) -> str:
+        return "HOLD"
+
+
+#: What :func:`step` returns when the relay holds the message.
+HOLD = _Hold()
+
+#: One relay step: a rung (seconds), :data:`DELIVER` (None) now, or :data:`HOLD` until due.
+Step = Union[int, None, _Hold]
+
+
+def tolerance_ms(rung: int) -> int:
+    """Return by how many ms rung ``rung`` (seconds) may overshoot what remains of a delay."""
+    return max(TOLERANCE_MIN_MS, rung * 1000 * TOLERANCE_PPM // 1_000_000)
+
+
+def fit_rung(remaining_ms: int) -> Optional[int]:
+    """Return the largest rung no longer than ``remaining_ms`` plus its tolerance, or None (deliver).
+
+    A rung expires a few ms late, so after a hop what remains falls just short of the
+    next rung of the same length; the tolerance keeps it in that rung instead of
+    stepping down a rung (and taking many small hops to make up the shortfall).
+    """
+    for rung in RUNGS:
+        if rung * 1000 <= remaining_ms + tolerance_ms(rung):
+            return rung
+    return None
+
+
+def step(remaining_ms: int, *, hold_window_ms: int = 0, can_hold: bool = False) -> Step:
+    """Decide one relay step for a message with ``remaining_ms`` left before it is due.
+
+    Returns:
+        ``None`` to deliver now (it is due, or no rung fits and it cannot be held),
+        :data:`HOLD` to hold it until due (less than ``hold_window_ms`` remains and
+        ``can_hold``), else the rung (seconds) to put it in, per :func:`fit_rung`.
+    """
+    if remaining_ms <= 0:
+        return None
+    if remaining_ms < hold_window_ms and can_hold:
+        return HOLD
+    return fit_rung(remaining_ms)
+
+
+def check_hold_window(value: object, *, argument: str = "hold_window") -> float:
+    """Validate a hold window in seconds (0 turns holding off) and return it.
+
+    Raises:
+        TypeError: not a real number, naming ``argument``.
+        ValueError: negative, not finite, or longer than 600 s (held messages are unacked
+            and RabbitMQ's ``consumer_timeout`` is 30 min by default).
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{argument} must be a number of seconds, not {type(value).__name__}: {value!r}")
+    seconds = float(value)
+    if not 0 <= seconds <= 600:
+        raise ValueError(f"{argument} must be between 0 and 600 seconds (0 turns holding off), not {value!r}")
+    return seconds
+
+
+def check_hold_capacity(value: object, *, argument: str = "hold_capacity") -> int:
+    """Validate how many messages a relay may hold (a non-negative integer) and return it."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{argument} must be a non-negative integer, not {value!r}")
+    return value
+
+
+def check_hold_bytes(value: object, *, argument: str = "hold_bytes") -> int:
+    """Validate a relay's byte budget for held messages (a whole number of bytes, 1 to 64 GiB) and return it.
+
+    Raises:
+        ValueError: not a whole number, or out of range, naming ``argument``.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_HOLD_BYTES:
+        raise ValueError(f"{argument} must be a whole number of bytes from 1 to {MAX_HOLD_BYTES}, not {value!r}")
+    return value
+
+
+def forecast(delay_ms: int, *, lag_ms: int = 0, hold_window_ms: int = 0) -> tuple[tuple[int, ...], int]:
+    """Forecast the rungs a delay takes when every rung expires ``lag_ms`` late, and when it arrives.
+
+    The first rung is the producer's (:func:`choose_rung`, no tolerance);
+    every later step is the relay's (:func:`step`, holding without a capacity limit).
+
+    Returns:
+        The rungs in order, and the arrival relative to the due time in ms (negative: early).
+    """
+    rungs: list[int] = []
+    elapsed = 0
+    rung = choose_rung(delay_ms)
+    while rung is not None:
+        rungs.append(rung)
+        elapsed += rung * 1000 + lag_ms
+        decision = step(delay_ms - elapsed, hold_window_ms=hold_window_ms, can_hold=True)
+        if decision is HOLD:
+            return tuple(rungs), 0
+        rung = decision if isinstance(decision, int) else None
+    return tuple(rungs), elapsed - delay_ms
+
+
+# -- when waiting messages fall due, from the rung depths alone ---------------------------------
+
+#: The horizons ``status --due`` answers for: seconds ahead, and how they are shown.
+HORIZONS: tuple[tuple[int, str], ...] = ((60, "1 minute"), (3600, "1 hour"), (86400, "1 day"))
+
+
+@dataclass(frozen=True)
+class DueBound:
+    """How many waiting messages fall due within ``seconds`` (None: beyond the last horizon)."""
+
+    seconds: Optional[int]
+    label: str
+    at_least: int
+    at_most: int
+
+
+def due_window(queue: str) -> Optional[float]:
+    """Seconds from now within which every message of ``queue`` falls due; None when unbounded.
+
+    A message goes into the longest rung that does not overshoot its due time, so it
+    entered rung T with less than the next longer rung's TTL to go, and falls due
+    before that TTL has passed from now. The longest rung (1 h) holds anything from
+    now to the maximum delay, and so does ``acemq.schedule.due``, whose messages came
+    from any rung. Every message may also fall due at once, so no window has a lower bound.
+    """
+    longer: Optional[float] = None
+    for seconds in RUNGS:  # longest first
+        if rung_name(seconds) == queue:
+            return longer
+        longer = seconds
+    if queue == CONTROL:
+        return None
+    raise ValueError(f"{queue!r} is not a rung or the control queue")
+
+
+def due_bounds(depths: Mapping[str, Optional[int]]) -> list[DueBound]:
+    """Bound how many messages fall due within each of :data:`HORIZONS`, and beyond the last.
+
+    Arguments:
+        depths: messages in each rung and in ``acemq.schedule.due`` (a missing queue: None or absent).
+
+    Returns:
+        One :class:`DueBound` per horizon, then one for beyond the last horizon.
+    """
+    windows = {queue: due_window(queue) for queue in (*(rung_name(r) for r in RUNGS), CONTROL)}
+    counts = {queue: depths.get(queue) or 0 for queue in windows}
+    total = sum(counts.values())
+    def surely_within(seconds: float) -> int:
+        return sum(n for q, n in counts.items() if (w := windows[q]) is not None and w <= seconds)
+
+    bounds = [DueBound(seconds, label, surely_within(seconds), total) for seconds, label in HORIZONS]
+    last, label = HORIZONS[-1]
+    return [*bounds, DueBound(None, f"more than {label}", 0, total - surely_within(last))]

@@ -13,14 +13,17 @@ from typing import Any, Callable, Optional
 
 from kombu import Exchange, Producer
 
-from .brokers import clock_of
-from .compat import PUBLISH_OPTIONS
+from .compat import PUBLISH_OPTIONS, RETRIED_DECLARES, current_batch
 from .contract import EXCHANGE, MESSAGE_TYPE, RUNGS, rung_name
-from .envelope import scheduled_headers
+from .envelope import scheduled_content_header, scheduled_headers
+from .index.records import STREAM as INDEX_STREAM
+from .index.records import entry as index_entry
+from .index.writer import IndexWriter, declare_index
+from .link import RawMessage, clock_of, sends_encoded
 from .plan import MAX_DELAY, Delay, check_max_delay, due_at_ms, place
-from .targets import is_internal, name_problem
+from .targets import is_internal, name_problem, own_name_problem
 from .text import quote
-from .topology import check_queue_type, declare
+from .topology import check_queue_type, declare_or_find
 
 __all__ = ["LadderProducerMixin", "LadderProducer", "target_name"]
 
@@ -87,6 +90,28 @@ def _check_target(exchange: str, routing_key: str) -> None:
             problem = "exchange is internal to RabbitMQ, which refuses every publish to it"
         if problem is not None:  # the relay would park it when due: refuse it now
             raise ValueError(f"{argument} {quote(name, limit=60)} cannot be delivered to: the {problem}")
+    own = own_name_problem(exchange, routing_key)
+    if own is not None:  # the relay parks it as refused when due: refuse it now
+        raise ValueError(f"{own[0]}: the target {own[1]}")
+
+
+def _encoded_rung_message(body: Any, headers: dict[str, Any], properties: dict[str, Any], *, exchange: str,
+                          routing_key: str, due: int, content_type: Optional[str],
+                          content_encoding: Optional[str], mode: Optional[int],
+                          priority: Any) -> Optional[RawMessage]:
+    """The rung message with its properties encoded here, or None when py-amqp must encode them."""
+    if type(body) is str:  # kombu's json serializer gives text; py-amqp would encode it so
+        content_encoding = content_encoding or "utf-8"
+        try:
+            body = body.encode(content_encoding)
+        except (LookupError, UnicodeError):
+            return None  # py-amqp raises it
+    elif type(body) is not bytes:
+        return None
+    raw = scheduled_content_header(headers, properties, exchange=exchange, routing_key=routing_key, due_at=due,
+                                   content_type=content_type, content_encoding=content_encoding,
+                                   delivery_mode=mode, priority=priority)
+    return None if raw is None else RawMessage(body, raw)
 
 
 class LadderProducerMixin:
@@ -105,6 +130,45 @@ class LadderProducerMixin:
 
     #: The queue profile declared before the first delayed publish: "classic" (the contract) or "quorum".
     queue_type: str = "classic"
+
+    #: The index writer this producer made (see :attr:`index`); None: none yet.
+    _index_writer: Optional[IndexWriter] = None
+
+    @property
+    def index(self) -> Optional[IndexWriter]:
+        """Where what this producer puts into a rung is indexed (``ladder.index``); None: not indexed.
+
+        Set by ``index=True`` (:class:`LadderProducer`); Celery's producer makes one when
+        ``ladder_index`` is true.
+        """
+        return self._index_writer
+
+    def index_pending(self) -> Optional[IndexWriter]:
+        """The index writer whose kept entries this producer's publishes send on (without making one)."""
+        return self._index_writer
+
+    def flush_index(self) -> None:
+        """Send the index entries kept for a batch now, on this producer's channel (nothing if none are kept)."""
+        writer = self.index_pending()
+        if writer is not None:
+            writer.flush(self._send_index_record, self._declare_index)
+
+    def _send_index_record(self, record: bytes) -> Any:
+        """Publish one index record on this producer's channel (the default exchange, routed to the stream)."""
+        return Producer.publish(self, record, routing_key=INDEX_STREAM, exchange="",  # type: ignore[arg-type]
+                                content_type="application/json", content_encoding="utf-8", compression="",
+                                delivery_mode=2, retry=False)
+
+    def _declare_index(self) -> None:
+        """Declare ``ladder.index`` on a channel of its own, when the :class:`kombu.Connection` is at hand."""
+        client = getattr(getattr(self.channel, "connection", None), "client", None)  # type: ignore[attr-defined]
+        if not hasattr(client, "default_channel"):
+            return
+        channel = client.channel()  # type: ignore[union-attr]
+        try:
+            declare_index(channel)
+        finally:
+            channel.close()
 
     def publish(  # type: ignore[override]
         self,
@@ -126,6 +190,9 @@ class LadderProducerMixin:
                 ``eta`` is naive or further ahead than :attr:`max_delay`, or the default
                 exchange is targeted without a routing key.
         """
+        writer = self.index_pending()
+        if writer is not None:
+            writer.tick(self._send_index_record, self._declare_index)  # a burst's tail goes with the next publish
         if countdown is None and eta is None:
             return super().publish(body, routing_key, *args, **kwargs)  # type: ignore[misc]
         params, properties = _publish_arguments(self, body, routing_key, args, kwargs)
@@ -146,13 +213,15 @@ class LadderProducerMixin:
         _check_target(exchange, routing_key)
 
         headers = dict(params["headers"] or {})
+        compression = params["compression"]
         body, content_type, content_encoding = self._prepare(  # type: ignore[attr-defined]
-            params["body"], params["serializer"], params["content_type"],
-            params["content_encoding"], params["compression"], headers,
+            params["body"], params["serializer"], params["content_type"], params["content_encoding"],
+            self.compression if compression is None else compression, headers,  # type: ignore[attr-defined]
         )
         common = {name: params[name] for name in PUBLISH_OPTIONS}
         common["content_type"] = content_type
         common["content_encoding"] = content_encoding
+        common["compression"] = ""  # compressed above, once: kombu would apply the producer's default again
         rung = place(due, int(self.clock() * 1000) if now_ms is None else now_ms)
         if rung is None:
             return super().publish(  # type: ignore[misc]
@@ -169,7 +238,16 @@ class LadderProducerMixin:
         queue = _RUNG_NAMES[rung]
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("scheduling for %d into %s -> %r/%r", due, queue, exchange, routing_key)
-        return super().publish(  # type: ignore[misc]
+        if sends_encoded(self.channel):  # type: ignore[attr-defined]
+            encoded = _encoded_rung_message(body, headers, properties, exchange=exchange, routing_key=routing_key,
+                                            due=due, content_type=content_type,
+                                            content_encoding=content_encoding, mode=mode,
+                                            priority=common["priority"])
+            if encoded is not None:
+                result = self._publish_encoded(encoded, queue, params)
+                self._index(body, headers, properties, exchange, routing_key, due, now_ms)
+                return result
+        result = super().publish(  # type: ignore[misc]
             body, queue, exchange=EXCHANGE,
             headers=scheduled_headers(
                 headers, exchange=exchange, routing_key=routing_key, due_at=due,
@@ -177,9 +255,63 @@ class LadderProducerMixin:
             ),
             delivery_mode=2, type=MESSAGE_TYPE, **common, **properties,
         )
+        self._index(body, headers, properties, exchange, routing_key, due, now_ms)
+        return result
+
+    def _index(self, body: Any, headers: dict[str, Any], properties: dict[str, Any], exchange: str,
+               routing_key: str, due: int, now_ms: Optional[int]) -> None:
+        """Hand the entry of what was just put into a rung to the index writer, when there is one."""
+        writer = self.index
+        if writer is None:
+            return
+        task = headers.get("task") if "id" in headers else None
+        writer.add(index_entry(
+            message_id=properties.get("message_id"), task=task,
+            task_id=(properties.get("correlation_id") or headers.get("id")) if task is not None else None,
+            exchange=exchange, routing_key=routing_key, due=due,
+            at=int(self.clock() * 1000) if now_ms is None else now_ms,
+            size=len(body) if isinstance(body, (bytes, str)) else 0), self._send_index_record, self._declare_index)
+
+    def _publish_encoded(self, message: RawMessage, queue: str, params: dict[str, Any]) -> Any:
+        """Send a rung message whose properties are already encoded, as ``Producer.publish`` sends one.
+
+        What kombu does around the channel call is done here too: the producer's
+        exchange and ``declare`` declared (with the retry policy from kombu 5.5),
+        the publish retried through ``Connection.ensure`` when ``retry`` is true,
+        a :meth:`kombu.Producer.batch` in progress honoured (kombu 5.7), and
+        ``timeout``/``confirm_timeout`` passed to the channel.
+        """
+        declare = list(params["declare"] or ())
+        if self.auto_declare and self.exchange.name and self.exchange not in declare:  # type: ignore[attr-defined]
+            declare.append(self.exchange)  # type: ignore[attr-defined]
+        retry, retry_policy = params["retry"], params["retry_policy"] or {}
+        send_options = {"exchange": EXCHANGE, "routing_key": queue, "mandatory": params["mandatory"],
+                        "immediate": params["immediate"], "timeout": params["timeout"]}
+        if params.get("confirm_timeout") is not None:
+            send_options["confirm_timeout"] = params["confirm_timeout"]
+
+        def send() -> Any:
+            channel = self.channel  # type: ignore[attr-defined]
+            for entity in declare:
+                if RETRIED_DECLARES:
+                    self.maybe_declare(entity, retry=retry, **retry_policy)  # type: ignore[attr-defined]
+                else:
+                    self.maybe_declare(entity)  # type: ignore[attr-defined]
+            batch = current_batch(self)
+            if batch is not None:
+                return batch.publish(channel, message, **send_options)
+            return channel.basic_publish(message, **send_options)
+
+        if retry:
+            connection = self.connection  # type: ignore[attr-defined]
+            if RETRIED_DECLARES:
+                connection.transport_options.update(retry_policy)
+            send = connection.ensure(self, send, **retry_policy)
+        return send()
 
     def declare_ladder(self) -> None:
-        """Declare the ladder topology once per underlying broker connection."""
+        """Declare the ladder topology once per underlying broker connection (or, for a user who may not
+        declare it, find it declared: see :func:`~kombu_ladder.topology.declare_or_find`)."""
         channel = self.channel  # type: ignore[attr-defined]
         key = getattr(channel, "connection", None)
         if key is not None and self.__dict__.get("_ladder_declared_on") is key:
@@ -191,7 +323,7 @@ class LadderProducerMixin:
         # Declare on a channel of its own when the kombu Connection is at hand,
         # so a conflict does not kill the channel this producer publishes on.
         client = getattr(key, "client", None)
-        declare(client if hasattr(client, "default_channel") else channel, queue_type=self.queue_type)
+        declare_or_find(client if hasattr(client, "default_channel") else channel, queue_type=self.queue_type)
         if key is not None:
             with _declared_lock:
                 _declared.add(key)
@@ -203,12 +335,19 @@ class LadderProducer(LadderProducerMixin, Producer):
 
     ``clock`` replaces :attr:`~LadderProducerMixin.clock`; ``max_delay`` (seconds,
     default :data:`~kombu_ladder.plan.MAX_DELAY`, ten years) replaces
-    :attr:`~LadderProducerMixin.max_delay`.
+    :attr:`~LadderProducerMixin.max_delay`. With ``index=True`` what it puts into a
+    rung is indexed in ``ladder.index`` (see :doc:`/waiting`); entries are sent in
+    batches (see :class:`~kombu_ladder.index.IndexWriter`): call :meth:`flush_index`
+    before dropping the producer, or those of the last quarter second wait for its next
+    publish.
     """
 
     def __init__(self, *args: Any, clock: Optional[Callable[[], float]] = None,
-                 max_delay: Optional[float] = None, queue_type: str = "classic", **kwargs: Any) -> None:
+                 max_delay: Optional[float] = None, queue_type: str = "classic", index: bool = False,
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        if index:
+            self._index_writer = IndexWriter()
         clock = clock_of(self.connection, clock, default=None)  # the simulator's on a ladder-sim connection
         self.queue_type = check_queue_type(queue_type)
         if clock is not None:

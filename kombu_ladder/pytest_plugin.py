@@ -8,6 +8,7 @@ from typing import Any, Iterator
 
 import pytest
 
+from .relay import Relay
 from .simulator import SimulatedBroker
 from .simulator.profiles import DEFAULT, PROFILES
 
@@ -63,7 +64,7 @@ def ladder_broker(request: pytest.FixtureRequest) -> Iterator[SimulatedBroker]:
     options.setdefault("rabbitmq", simulated_rabbitmq(request.config))
     broker = SimulatedBroker(**options)
     if relay:
-        broker.relay()
+        broker.host(Relay())
     try:
         yield broker
     finally:

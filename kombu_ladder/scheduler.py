@@ -8,18 +8,19 @@ import uuid
 from collections import OrderedDict
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Optional, Union
 
-from .brokers import clock_of
-from .cancelling import cancel_many
+from .cancellation.stream import cancel_many
 from .carry import waiting_for_confirms
-from .contract import PREFETCH, RUNGS, describe
-from .plan import MAX_DELAY, Delay, check_max_delay, delay_seconds, to_millis
+from .contract import RUNGS, describe
+from .link import clock_of
+from .plan import Delay, delay_seconds, to_millis
 from .producer import LadderProducer
-from .relay import Relay
+from .relay import Relay, RelayOptions
+from .relay.options import taking_options
 from .republishing import original_routing_key, republish_copy, republish_count
-from .timing import HOLD_WINDOW
-from .topology import check_queue_type, declare
+from .rescheduling import Rescheduled, reschedule
+from .topology import declare_or_find
 
 __all__ = ["Scheduler", "original_routing_key", "republish_count"]
 
@@ -36,9 +37,12 @@ class Scheduler:
 
     Use :meth:`on`: it declares the topology and, unless ``relay=False``, runs a
     relay on its own connection in a background thread. Every publish waits for
-    the broker's confirm.
+    the broker's confirm. The relay's tuning, and the ``max_delay`` and
+    ``queue_type`` the scheduler publishes with, are the fields of one
+    :class:`~kombu_ladder.relay.RelayOptions`, given as keywords.
     """
 
+    @taking_options
     def __init__(
         self,
         connection: Any,
@@ -46,75 +50,65 @@ class Scheduler:
         relay: bool = True,
         clock: Optional[Callable[[], float]] = None,
         serializer: Optional[str] = None,
-        prefetch: int = PREFETCH,
-        allowed_exchanges: Optional[Iterable[str]] = None,
-        max_delay: float = MAX_DELAY,
-        hold_window: float = HOLD_WINDOW,
-        queue_type: str = "classic",
+        index: bool = False,
+        **values: Any,
     ) -> None:
         self.connection = connection
+        #: The relay's tuning, and the ``max_delay`` and ``queue_type`` this scheduler publishes with.
+        self.options = RelayOptions.of(**values)
         #: The queue profile: "classic" (the contract) or "quorum" (see :func:`~kombu_ladder.topology.declare`).
-        self.queue_type = check_queue_type(queue_type)
+        self.queue_type = self.options.queue_type
         #: What due times are stamped with: ``clock``, else the simulator's on a ladder-sim connection.
         self.clock: Callable[[], float] = clock_of(connection, clock)
         #: The longest delay accepted (seconds), for publishing and for the relay.
-        self.max_delay = check_max_delay(max_delay)
+        self.max_delay = self.options.max_delay
         self._scheduled = 0
         #: message id -> due time (epoch ms) of what this scheduler scheduled lately, newest last.
         self._due: "OrderedDict[str, int]" = OrderedDict()
         self._lock = threading.Lock()
-        declare(connection, queue_type=self.queue_type)
+        declare_or_find(connection, queue_type=self.queue_type)
         self._channel = waiting_for_confirms(connection.channel())
         self._producer = LadderProducer(self._channel, serializer=serializer, clock=self.clock,
-                                        max_delay=self.max_delay, queue_type=self.queue_type)
+                                        max_delay=self.max_delay, queue_type=self.queue_type, index=index)
         self._relay: Optional[Relay] = None
         self._thread: Optional[threading.Thread] = None
         self._relay_connection: Any = None
         self._closed = False
         if relay:
-            self._start_relay(prefetch=prefetch, allowed_exchanges=allowed_exchanges, max_delay=self.max_delay,
-                              hold_window=hold_window, queue_type=self.queue_type)
+            self._start_relay()
 
     @classmethod
-    def on(
-        cls,
-        connection: Any,
-        *,
-        relay: bool = True,
-        clock: Optional[Callable[[], float]] = None,
-        serializer: Optional[str] = None,
-        prefetch: int = PREFETCH,
-        allowed_exchanges: Optional[Iterable[str]] = None,
-        max_delay: float = MAX_DELAY,
-        hold_window: float = HOLD_WINDOW,
-        queue_type: str = "classic",
-    ) -> "Scheduler":
+    @taking_options
+    def on(cls, connection: Any, *, relay: bool = True, clock: Optional[Callable[[], float]] = None,
+           serializer: Optional[str] = None, index: bool = False, **values: Any) -> "Scheduler":
         """Open a scheduler on ``connection`` with its queues declared.
 
         Arguments:
             connection: a :class:`kombu.Connection`.
-            relay: run a relay in a background thread on a connection of its own.
+            relay: run a relay in a background thread on a connection of its own (default True).
             clock: what due times are stamped with (epoch seconds); the default is the
                 wall clock, or the simulator's virtual clock on a ``ladder-sim://`` connection.
             serializer: kombu's serializer for payloads that are not bytes.
-            prefetch: expired messages the relay holds at once.
-            allowed_exchanges: the target exchanges the relay may deliver to (default: every one).
-            max_delay: the longest delay accepted, in seconds (default ten years).
-            queue_type: ``"classic"`` (the contract, the default) or ``"quorum"`` (see
-                :func:`~kombu_ladder.declare`).
-            hold_window: seconds the relay holds a message's residual to deliver it at its due
-                time (default 10; 0: off, and messages arrive up to a second early).
+            index: append an entry per scheduled message to the ``ladder.index`` stream, so that
+                ``kombu-ladder waiting`` finds and lists it (see :doc:`/waiting`); sent in batches, and
+                what is left as the scheduler closes.
+            prefetch, allowed_exchanges, max_delay, hold_window, hold_capacity, max_refusals, queue_type:
+                the relay's tuning, the fields of :class:`~kombu_ladder.relay.RelayOptions` (``max_delay`` is
+                also the longest delay accepted, default ten years; ``hold_window`` 0 turns holding off, and
+                messages arrive up to a second early; ``queue_type`` is ``"classic"``, the contract, or
+                ``"quorum"``: see :func:`~kombu_ladder.declare`).
 
         Returns:
             The scheduler; use it as a context manager, or call :meth:`close`.
-        """
-        return cls(connection, relay=relay, clock=clock, serializer=serializer, prefetch=prefetch,
-                   allowed_exchanges=allowed_exchanges, max_delay=max_delay, hold_window=hold_window,
-                   queue_type=queue_type)
 
-    def _start_relay(self, **options: Any) -> None:
+        Raises:
+            TypeError, ValueError: an option is unknown or out of range (the message names it).
+        """
+        return cls(connection, relay=relay, clock=clock, serializer=serializer, index=index, **values)
+
+    def _start_relay(self) -> None:
         self._relay_connection = self.connection.clone()
-        self._relay = Relay(self._relay_connection, clock=self.clock, **options)
+        self._relay = Relay(self._relay_connection, clock=self.clock, options=self.options)
         self._thread = threading.Thread(target=self._relay.run, name="kombu-ladder-relay", daemon=True)
         self._thread.start()
         if not self._relay.ready.wait(RELAY_START_TIMEOUT):
@@ -152,11 +146,13 @@ class Scheduler:
         return self._publish(payload, routing_key, exchange, eta=when, due_ms=due, **kwargs)
 
     def cancel(self, message_id: str, *, due: Optional[datetime] = None) -> None:
-        """Cancel the scheduled message ``message_id``; return once the broker confirmed the record.
+        """Cancel the waiting message ``message_id`` (a message id or a Celery task id); return once the
+        broker confirmed the record.
 
-        Every relay, including one started later, drops the message when it next
-        reaches it (at a hop or at delivery) and counts it under ``cancelled``.
-        A message already delivered is not taken back. ``due`` (an aware datetime)
+        Every relay, including one started later, drops the message with that id
+        waiting now when it next reaches it (at a hop or at delivery) and counts it
+        under ``cancelled``. A message already delivered is not taken back, and one
+        scheduled later with the same id is delivered. ``due`` (an aware datetime)
         bounds how long relays keep the cancellation; for a message this scheduler
         scheduled lately it is known already.
 
@@ -168,6 +164,28 @@ class Scheduler:
         with self._lock:
             known = self._due.get(message_id) if isinstance(message_id, str) else None
             cancel_many(self.connection, [message_id], due=due if due is not None else known, clock=self.clock)
+
+    def reschedule(self, message_id: str, when: Union[Delay, datetime]) -> Rescheduled:
+        """Make the waiting message ``message_id`` (a message id or a Celery task id) due at ``when``: an aware
+        datetime, or a delay from now (seconds or a timedelta).
+
+        It is taken from where it waits and put back, due at the new time, in one
+        transaction: it reaches its target once. A scan of the rungs finds it (see
+        :func:`~kombu_ladder.rescheduling.reschedule`); the result's ``found`` is None when
+        no waiting message has the id (delivered already, or held by a relay for its last
+        seconds).
+
+        Raises:
+            TypeError, ValueError: ``when`` names no time.
+        """
+        if self._closed:
+            raise RuntimeError("this scheduler is closed")
+        with self._lock:
+            return reschedule(self.connection, message_id, when, clock=self.clock)
+
+    def run_now(self, message_id: str) -> Rescheduled:
+        """Deliver the waiting message ``message_id`` now (see :meth:`reschedule`)."""
+        return self.reschedule(message_id, 0)
 
     def republish(self, message: Any, delay: Delay, *, queue: str) -> int:
         """Ask for ``message`` again after ``delay``, at the back of ``queue``.
@@ -252,10 +270,16 @@ class Scheduler:
 
     # -- lifecycle ----------------------------------------------------------
 
+    def flush_index(self) -> None:
+        """Send the index entries kept for a batch now (nothing unless opened with ``index=True``)."""
+        with self._lock:
+            self._producer.flush_index()
+
     def close(self) -> None:
         """Stop the relay. The queues stay, and so do the messages waiting in them."""
         if self._closed:
             return
+        self.flush_index()
         self._closed = True
         if self._relay is not None:
             self._relay.stop()

@@ -6,10 +6,11 @@ import logging
 import time
 from typing import Any, Callable, Optional
 
+from .cancellation.records import STREAM
 from .contract import EXCHANGE
 from .text import quote
 
-__all__ = ["MAX_NAME", "INTERNAL_PREFIX", "ExchangeCheck", "name_problem", "is_internal"]
+__all__ = ["MAX_NAME", "INTERNAL_PREFIX", "ExchangeCheck", "name_problem", "is_internal", "own_name_problem"]
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +39,27 @@ def name_problem(what: str, name: str) -> Optional[str]:
 def is_internal(exchange: str) -> bool:
     """Whether ``exchange`` is one of RabbitMQ's own internal exchanges (publishing there closes the channel)."""
     return exchange.startswith(INTERNAL_PREFIX)
+
+
+def own_name_problem(exchange: str, routing_key: str) -> Optional[tuple[str, str]]:
+    """Say why a delivery to ``exchange`` with ``routing_key`` would land in the ladder itself, or None.
+
+    The ladder's own names are never a delivery target: the exchange ``acemq.schedule``
+    (it routes into the rungs and the control queue), the exchange ``ladder.cancellations``,
+    and, through the default exchange, a queue of the ladder's (``acemq.schedule.*``: the
+    rungs, the control and parking queues) or the cancellation stream. A delivery there
+    would let whoever may schedule a message write a cancellation record, park a message
+    or feed the control queue with the relay's rights.
+
+    Returns:
+        ``(argument, reason)``: which of ``"exchange"`` and ``"routing_key"`` is at fault, and why.
+    """
+    if exchange in (EXCHANGE, STREAM):
+        return "exchange", f"exchange {quote(exchange)} is the ladder's own, never a delivery target"
+    if not exchange and (routing_key in (EXCHANGE, STREAM) or routing_key.startswith(EXCHANGE + ".")):
+        return "routing_key", (f"routing key {quote(routing_key)} names the ladder's own queue through the default "
+                               f"exchange, never a delivery target")
+    return None
 
 
 class ExchangeCheck:

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Optional
 
-from amqp.exceptions import PreconditionFailed
+from amqp.exceptions import AccessRefused, ChannelError, PreconditionFailed
 from kombu import Exchange, Queue
 
 from .contract import CONTROL, EXCHANGE, EXCHANGE_TYPE, PARKING, RUNGS, arguments_for, rung_name
-from .errors import TopologyConflict
+from .errors import LadderNotDeclared, TopologyConflict
 
-__all__ = ["QUEUE_TYPES", "check_queue_type", "declare", "ladder_exchange", "ladder_queues", "parking_queue",
-           "queue_arguments"]
+__all__ = ["QUEUE_TYPES", "check_queue_type", "declare", "declare_or_find", "declared_queue_type", "resolve_queue_type",
+           "ladder_exchange", "ladder_queues", "parking_queue", "queue_arguments"]
 
 logger = logging.getLogger(__name__)
+
+E_NOT_DECLARED = ("the ladder is not declared ({missing} missing) and this user may not declare it ({reason}): "
+                  "run 'kombu-ladder declare' (or 'celery ladder declare') as the ladder's operator first")
 
 #: The profiles ``declare`` knows: ``classic`` is the AceMQ contract; ``quorum`` is replicated and off-contract.
 QUEUE_TYPES = ("classic", "quorum")
@@ -22,6 +25,19 @@ QUEUE_TYPES = ("classic", "quorum")
 #: What the quorum profile adds to every rung: dead-lettering that cannot drop a message.
 QUORUM_RUNG_ARGUMENTS: dict[str, object] = {
     "x-queue-type": "quorum",
+    "x-dead-letter-strategy": "at-least-once",
+    "x-overflow": "reject-publish",
+}
+
+
+#: What the quorum profile gives its control queue. RabbitMQ 4.0 to 4.2 give every quorum queue a
+#: delivery limit of 20 (3.x: none, unless a policy sets one), and a message that a relay crash
+#: or a lost connection hands back counts one delivery: past the limit, a queue without a
+#: dead-letter target drops it. This one parks it (at-least-once), where an operator sees it.
+QUORUM_CONTROL_ARGUMENTS: dict[str, object] = {
+    "x-queue-type": "quorum",
+    "x-dead-letter-exchange": "",
+    "x-dead-letter-routing-key": PARKING,
     "x-dead-letter-strategy": "at-least-once",
     "x-overflow": "reject-publish",
 }
@@ -67,7 +83,7 @@ def ladder_queues(queue_type: str = "classic") -> list[Queue]:
               auto_delete=False, queue_arguments=queue_arguments(r, queue_type))
         for r in RUNGS
     ]
-    control = {"x-queue-type": "quorum"} if queue_type == "quorum" else None
+    control = dict(QUORUM_CONTROL_ARGUMENTS) if queue_type == "quorum" else None
     queues.append(Queue(CONTROL, exchange, routing_key=CONTROL, durable=True, auto_delete=False,
                         queue_arguments=control))
     return queues
@@ -110,6 +126,99 @@ def declare(connection_or_channel: Any, queue_type: str = "classic") -> list[str
         finally:
             _close_quietly(channel)
     return _declare_on(connection_or_channel, queue_type)
+
+
+def declare_or_find(connection_or_channel: Any, queue_type: str = "classic") -> list[str]:
+    """:func:`declare` the ladder, or, for a user who may not (no configure permission: a producer with
+    the minimal permissions of :func:`kombu_ladder.permissions.producer`), find it declared.
+
+    Returns:
+        The queue names, as :func:`declare` returns them.
+
+    Raises:
+        LadderNotDeclared: the user may not declare the ladder and part of it is missing.
+        TopologyConflict, ValueError: as :func:`declare`.
+    """
+    try:
+        return declare(connection_or_channel, queue_type)
+    except AccessRefused as exc:
+        missing = _missing(connection_or_channel, [EXCHANGE, *(q.name for q in [*ladder_queues(), parking_queue()])])
+        if missing:
+            raise LadderNotDeclared(E_NOT_DECLARED.format(missing=", ".join(missing),
+                                                          reason=" ".join(str(exc).split()))) from None
+        logger.debug("the ladder is declared; this user may not declare it (%s)", exc)
+        return [queue.name for queue in ladder_queues(queue_type)]
+
+
+def declared_queue_type(connection: Any) -> Optional[str]:
+    """The profile (``"classic"`` or ``"quorum"``) the ladder is declared with on the broker, or None.
+
+    A passive declare returns no arguments, so the first ladder queue that exists is declared
+    again as each profile declares it, on a channel of its own: RabbitMQ accepts only the
+    declaration that matches what exists, and an accepted one changes nothing. None when no
+    ladder queue exists, when the first one matches neither profile, or when the user may not
+    declare (no configure permission).
+
+    Arguments:
+        connection: a :class:`kombu.Connection`.
+    """
+    profiles = {queue_type: ladder_queues(queue_type) for queue_type in QUEUE_TYPES}
+    for index, queue in enumerate(profiles["classic"]):
+        if _missing(connection, [None, queue.name]):
+            continue
+        for queue_type, queues in profiles.items():
+            if _accepted(connection, queues[index]):
+                return queue_type
+        return None
+    return None
+
+
+def resolve_queue_type(connection: Any, queue_type: Optional[str] = None) -> str:
+    """``queue_type`` when given (checked), else the profile the ladder is declared with, else ``"classic"``.
+
+    Raises:
+        ValueError: ``queue_type`` is neither ``"classic"`` nor ``"quorum"``.
+    """
+    if queue_type is not None:
+        return check_queue_type(queue_type)
+    return declared_queue_type(connection) or "classic"
+
+
+def _accepted(connection: Any, queue: Queue) -> bool:
+    """Whether the broker accepts ``queue``'s declaration as it is (a channel of its own: a refusal closes it)."""
+    channel = connection.channel()
+    try:
+        channel.queue_declare(queue.name, durable=True, auto_delete=False,
+                              arguments=getattr(queue, "queue_arguments", None) or {})
+    except ChannelError:
+        return False
+    finally:
+        _close_quietly(channel)
+    return True
+
+
+def _missing(connection_or_channel: Any, names: list[Optional[str]]) -> list[str]:
+    """Which of the exchange (the first name; None: none) and the queues do not exist: passive declares,
+    a channel each."""
+    connection = connection_or_channel if hasattr(connection_or_channel, "default_channel") \
+        else connection_or_channel.connection
+    missing = []
+    for index, name in enumerate(names):
+        if name is None:
+            continue
+        channel = connection.channel()
+        try:
+            if index == 0:
+                channel.exchange_declare(name, EXCHANGE_TYPE, passive=True)
+            else:
+                channel.queue_declare(name, passive=True)
+        except ChannelError as exc:
+            if getattr(exc, "reply_code", None) != 404:
+                raise
+            missing.append(name)
+        finally:
+            _close_quietly(channel)
+    return missing
 
 
 def _close_quietly(channel: Any) -> None:

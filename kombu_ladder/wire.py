@@ -19,6 +19,11 @@ __all__ = [
     "decode",
     "encode",
     "item_end",
+    "normal_form",
+    "Unencodable",
+    "py_value",
+    "py_table",
+    "py_property",
 ]
 
 # The relay passes messages on. Decoding every header and encoding it again changes types
@@ -87,7 +92,7 @@ _SIZE_OF = {**{ord(k): v for k, v in _FIXED.items()}, **{ord(k): -1 for k in _SI
 _LENGTH = struct.Struct(">I").unpack_from
 
 
-def item_end(buf: bytes, offset: int, end: int) -> int:
+def item_end(buf: Union[bytes, bytearray], offset: int, end: int) -> int:
     """Return where the typed value starting at ``offset`` ends (the type letter included)."""
     if offset >= end:
         raise WireError(f"a field value is missing at offset {offset}")
@@ -247,3 +252,161 @@ def encode(value: Union[str, bytes, int]) -> bytes:
     if isinstance(value, int) and not isinstance(value, bool):
         return b"l" + struct.pack(">q", value)
     raise TypeError(f"cannot encode a header value of type {type(value).__name__}")
+
+
+_LONG, _SIGNED_LONG = ord("L"), ord("l")
+
+
+def _sign_longs(item: bytes) -> bytes:
+    """``item`` with every ``L`` (64-bit integer) type letter written ``l``, at any depth, without recursing."""
+    if _LONG not in item:
+        return item
+    out = bytearray(item)
+    frames = [(0, len(out), False)]  # (offset, end, inside a table: names before values)
+    while frames:
+        offset, end, in_table = frames.pop()
+        while offset < end:
+            if in_table:
+                offset += 1 + out[offset]
+            stop = item_end(out, offset, end)
+            kind = out[offset]
+            if kind == _LONG:
+                out[offset] = _SIGNED_LONG
+            elif kind in b"FA":
+                frames.append((stop, end, in_table))
+                frames.append((offset + 5, stop, kind == ord("F")))
+                break
+            offset = stop
+    return bytes(out)
+
+
+def normal_form(raw: bytes) -> Optional[bytes]:
+    """Return what every copy of the property list ``raw`` that a broker hands back has in common.
+
+    RabbitMQ 3.x returns (``basic.return``) the very bytes that were published;
+    RabbitMQ 4.x re-encodes the header table: its top-level names sorted, the
+    first of two equal names kept, and a 64-bit integer's type letter ``L``
+    written ``l`` at any depth. This form is the same for the published bytes
+    and for either broker's returned copy. None when ``raw`` is not a
+    well-formed property list.
+    """
+    try:
+        props = read_properties(raw)
+        if props.headers is not None:
+            first: dict[bytes, bytes] = {}
+            for name, item in props.headers:
+                first.setdefault(name, item)
+            props.headers = [(name, _sign_longs(first[name])) for name in sorted(first)]
+        return write_properties(props)
+    except WireError:
+        return None
+
+
+# -- Python values to bytes, as py-amqp writes them -------------------------------------------
+# A delayed publish hands py-amqp its properties already encoded (see kombu_ladder/producer.py).
+# These functions write exactly the bytes py-amqp's own encoder (amqp.serialization) writes, for
+# the types a publisher's headers hold; for anything else they raise Unencodable and the caller
+# lets py-amqp encode the message, errors and all.
+
+_U16 = struct.Struct(">H").pack
+_U32 = struct.Struct(">I").pack
+_I32 = struct.Struct(">i").pack
+_I64 = struct.Struct(">q").pack
+_U64 = struct.Struct(">Q").pack
+_F64 = struct.Struct(">d").pack
+
+#: The range py-amqp writes as a 32-bit ``I``; outside it an ``L`` (its bounds are symmetric).
+_I32_MAX = 2147483647
+
+
+class Unencodable(Exception):
+    """A value :func:`py_value` does not write the way py-amqp would (its type, or its size)."""
+
+
+def py_value(value: Any) -> bytes:
+    """Return ``value`` as a typed field value, byte for byte as py-amqp writes it.
+
+    Exact ``str``, ``bytes``, ``bool``, ``int``, ``float``, ``None``, ``dict``,
+    ``list`` and ``tuple`` values, nested as py-amqp nests them (recursively), are
+    written here.
+
+    Raises:
+        Unencodable: any other type (subclasses, ``Decimal``, ``datetime``, ...),
+            a table name over 255 bytes or an integer beyond 64 bits.
+    """
+    kind = type(value)
+    if kind is str:
+        data = value.encode("utf-8", "surrogatepass")
+        return b"S" + _U32(len(data)) + data
+    if kind is int:
+        if -_I32_MAX <= value <= _I32_MAX:
+            return b"I" + _I32(value)
+        if -2**63 <= value < 2**63:
+            return b"L" + _I64(value)
+        raise Unencodable("an integer beyond 64 bits")
+    if value is None:
+        return b"V"
+    if kind is bool:
+        return b"t\x01" if value else b"t\x00"
+    if kind is dict:
+        table = py_table(value)
+        return b"F" + _U32(len(table)) + table
+    if kind is list or kind is tuple:
+        items = b"".join([py_value(item) for item in value])
+        return b"A" + _U32(len(items)) + items
+    if kind is bytes:
+        return b"S" + _U32(len(value)) + value
+    if kind is float:
+        return b"d" + _F64(value)
+    raise Unencodable(f"a value of type {kind.__name__}")
+
+
+def py_table(mapping: Any) -> bytes:
+    """Return a dict's field table contents (no length prefix), byte for byte as py-amqp writes them.
+
+    Raises:
+        Unencodable: as :func:`py_value`; also a name that is not ``str`` or ``bytes``.
+    """
+    out = []
+    for name, value in mapping.items():
+        kind = type(name)
+        if kind is str:
+            name = name.encode("utf-8", "surrogatepass")
+        elif kind is not bytes:
+            raise Unencodable(f"a table name of type {kind.__name__}")
+        if len(name) > 255:
+            raise Unencodable("a table name over 255 bytes")
+        out.append(bytes((len(name),)) + name + py_value(value))
+    return b"".join(out)
+
+
+#: Property name -> its kind (see :data:`PROPERTIES`).
+_KIND = {name: kind for name, _, kind in PROPERTIES}
+
+
+def py_property(name: str, value: Any) -> bytes:
+    """Return the basic property ``name``'s value encoded, byte for byte as py-amqp writes it
+    (its header table excepted: see :func:`py_table`).
+
+    Raises:
+        Unencodable: a value of a type or size py-amqp would reject or write differently.
+    """
+    kind = _KIND[name]
+    kind_of = type(value)
+    if kind == "s":
+        if kind_of is str:
+            value = value.encode("utf-8", "surrogatepass")
+        elif kind_of is not bytes:
+            raise Unencodable(f"property {name} of type {kind_of.__name__}")
+        if len(value) > 255:
+            raise Unencodable(f"property {name} over 255 bytes")
+        return bytes((len(value),)) + value
+    if kind_of is not int or kind == "F":
+        raise Unencodable(f"property {name} of type {kind_of.__name__}")
+    if kind == "o":
+        if not 0 <= value <= 255:
+            raise Unencodable(f"property {name} out of an octet's range")
+        return bytes((value,))
+    if not 0 <= value < 2**64:
+        raise Unencodable(f"property {name} out of an unsigned 64-bit range")
+    return _U64(value)

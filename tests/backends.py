@@ -6,8 +6,8 @@ import time
 from typing import Any, Callable, Optional
 
 import pytest
+from helpers import broker_release, wait_for
 from helpers import queue_depth as depth
-from helpers import wait_for
 from kombu import Connection, Exchange, Queue
 
 #: ``depth`` is helpers.queue_depth, named as the behaviour tests use it.
@@ -26,6 +26,11 @@ class RabbitBackend:
 
     def __init__(self, url: str) -> None:
         self.url = url
+
+    @property
+    def release(self) -> tuple[int, ...]:
+        """The broker's RabbitMQ release, as (major, minor, patch)."""
+        return broker_release()
 
     #: The clock the ladder runs on (epoch seconds); also what tests measure arrivals with.
     clock: Callable[[], float] = staticmethod(time.time)
@@ -61,6 +66,11 @@ class SimulatorBackend:
                                                                          rabbitmq=rabbitmq)
         #: The virtual clock (epoch seconds).
         self.clock: Callable[[], float] = self.broker.now
+
+    @property
+    def release(self) -> tuple[int, ...]:
+        """The RabbitMQ release the simulator behaves as (its profile), as (major, minor)."""
+        return tuple(int(part) for part in self.broker.profile.name.split("."))
 
     def connection(self) -> Connection:
         """Return a new kombu Connection to the simulated broker."""

@@ -11,7 +11,13 @@ from typing import Iterator
 import pytest
 from helpers import IN_CI, purge_ladder, rabbitmqctl, require_broker, temporary_vhost, vhost_url
 from hostile_corpus import WRITE_PERMISSION
+from hypothesis import settings
 from kombu import Connection
+
+# Property tests assert what happens, not how fast: on a shared two-core machine (CI runs its lanes
+# at once) one example of a year's delay, 8,800 hops, can take longer than Hypothesis's 200 ms default.
+settings.register_profile("ladder", deadline=None)
+settings.load_profile("ladder")
 
 #: Fixtures that reach the real RabbitMQ: a test that uses one, directly or through another, is a broker test.
 BROKER_FIXTURES = frozenset({"rabbit_vhost", "broker_url", "connection"})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -18,7 +19,8 @@ import pytest
 from kombu_ladder.contract import CONTROL, PARKING, rung_names
 
 __all__ = ["BROKER_HOST", "BROKER_PORT", "IN_CI", "broker_reachable", "require_broker", "wait_for", "wait_until",
-           "rabbitmqctl", "temporary_vhost", "vhost_url", "list_queues", "list_exchanges", "list_bindings",
+           "rabbitmqctl", "temporary_vhost", "vhost_url", "list_queues", "declared", "broker_release",
+           "list_exchanges", "list_bindings",
            "list_consumers", "messages_by_queue", "celery_ladder_cli", "ladder_counters", "wait_for_counters",
            "ladder_depth", "queue_depth", "depth_on",
            "drain", "purge", "purge_ladder"]
@@ -133,12 +135,36 @@ def temporary_vhost(vhost: str) -> Iterator[str]:
         rabbitmqctl("delete_vhost", vhost, check=False)
 
 
-def list_queues(vhost: str, *fields: str) -> dict[str, dict[str, Any]]:
+def list_queues(vhost: str, *fields: str, as_declared: bool = True) -> dict[str, dict[str, Any]]:
     """Return ``{name: {"durable", "auto_delete", "exclusive", "arguments" (a dict), *fields}}`` as the broker
-    has them."""
+    has them; ``as_declared``: the arguments less what the broker reports of its own (:func:`declared`)."""
     rows = _rows("list_queues", "-p", vhost, "name", "durable", "auto_delete", "exclusive", "arguments", *fields)
-    return {r["name"]: {**{k: r[k] for k in ("durable", "auto_delete", "exclusive", *fields)},
-                        "arguments": {k: v for k, _type, v in r["arguments"]}} for r in rows}
+    out = {r["name"]: {**{k: r[k] for k in ("durable", "auto_delete", "exclusive", *fields)},
+                       "arguments": {k: v for k, _type, v in r["arguments"]}} for r in rows}
+    if as_declared:
+        for queue in out.values():
+            queue["arguments"] = declared(queue["arguments"])
+    return out
+
+
+def declared(arguments: dict[str, Any]) -> dict[str, Any]:
+    """Queue arguments read back, less what the broker adds by itself: RabbitMQ 4.x reports
+    ``x-queue-type: classic`` on every classic queue, declared with that argument or not (so on 4.x
+    a read-back cannot tell them apart; RabbitMQ treats both declarations as equivalent there)."""
+    if arguments.get("x-queue-type") == "classic" and broker_release() >= (4, 0):
+        return {k: v for k, v in arguments.items() if k != "x-queue-type"}
+    return arguments
+
+
+@functools.cache
+def broker_release() -> tuple[int, ...]:
+    """The test broker's RabbitMQ release as (major, minor, patch), from what it tells a client."""
+    from kombu import Connection
+
+    with Connection(vhost_url("/")) as conn:
+        conn.ensure_connection(max_retries=3)
+        version = str(conn.connection.server_properties.get("version", "0"))
+    return tuple(int(part) for part in version.split(".")[:3] if part.isdigit())
 
 
 def list_exchanges(vhost: str) -> dict[str, dict[str, Any]]:
@@ -171,6 +197,21 @@ def ladder_depth(ctl: Callable[..., str], vhost: str) -> int:
     """Messages (ready and unacked) in the rungs and the control queue of ``vhost``."""
     names = set(rung_names()) | {CONTROL}
     return sum(n for name, n in messages_by_queue(vhost, ctl).items() if name in names)
+
+
+def extra_requirement(extra: str) -> str:
+    """The requirement an extra of the kombu-ladder distribution adds, written as a pip line writes it
+    (``celery>=5.3,<6``): the lower bound first."""
+    from importlib.metadata import metadata
+
+    from packaging.requirements import Requirement
+
+    for line in metadata("kombu-ladder").get_all("Requires-Dist") or []:
+        requirement = Requirement(line)
+        if requirement.marker is not None and requirement.marker.evaluate({"extra": extra}):
+            specs = sorted(requirement.specifier, key=lambda spec: (not spec.operator.startswith(">"), str(spec)))
+            return requirement.name + ",".join(str(spec) for spec in specs)
+    raise LookupError(f"kombu-ladder has no extra {extra!r}")
 
 
 def celery_ladder_cli(broker_url: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -209,12 +250,15 @@ def queue_depth(conn: Any, queue: str, *, if_missing: Any = _RAISE) -> Any:
             pass
 
 
-def drain(conn: Any, queue: str) -> list[Any]:
-    """Take every message of ``queue`` (destructively), head first; return them (py-amqp messages)."""
+def drain(conn: Any, queue: str, *, give_back: bool = False) -> list[Any]:
+    """Take every message of ``queue``, head first; return them (py-amqp messages).
+
+    With ``give_back`` each goes back to its place (taken unacked, then the channel is closed).
+    """
     channel = conn.channel()
     messages = []
     try:
-        while (message := channel.basic_get(queue, no_ack=True)) is not None:
+        while (message := channel.basic_get(queue, no_ack=not give_back)) is not None:
             messages.append(message)
     finally:
         channel.close()

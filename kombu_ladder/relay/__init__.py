@@ -1,9 +1,10 @@
-"""The relay: consume expired messages and deliver, hop or park each, acked after confirm."""
+"""The relay: consume expired messages and deliver, hop, hold or park each, acked after confirm."""
 
 from __future__ import annotations
 
 from .core import RelayCore
 from .counters import AllowList, Counters
-from .runner import Relay
+from .driver import Relay
+from .options import RelayOptions
 
-__all__ = ["AllowList", "Counters", "Relay", "RelayCore"]
+__all__ = ["AllowList", "Counters", "Relay", "RelayCore", "RelayOptions"]

@@ -1,18 +1,23 @@
-"""CancelWatch: a relay's view of ``ladder.cancellations``, read from its first record, kept in memory."""
+"""CancelWatch: a relay's view of ``ladder.cancellations``, read from the oldest record that may matter."""
 
 from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Mapping
+from datetime import datetime, timezone
 from typing import Any, Callable, Optional
 
-from ..cancelling import declare_stream
-from ..cancels import STREAM, LiveSet, RecordError, decode, encode_marker
+from .. import link
+from ..cancellation.records import LIFE, SLACK, STREAM, LiveSet, RecordError, decode, encode_marker
+from ..cancellation.stream import declare_stream
+from ..deaths import entered_rung_ms
+from ..link import CONNECTION_ERRORS
 from ..text import escape
-from . import link
-from .settle import CONNECTION_ERRORS
+from .notices import Notices
 
-__all__ = ["CancelWatch", "CATCH_UP_TIMEOUT", "RECORD_PREFETCH"]
+__all__ = ["CancelWatch", "CATCH_UP_TIMEOUT", "RECORD_PREFETCH", "READ_BACK_MS", "CELERY_TASK_HEADER", "cancelled_id",
+           "read_from"]
 
 logger = logging.getLogger("kombu_ladder.relay")
 
@@ -29,10 +34,19 @@ RECORD_PREFETCH = 2000
 ACK_EVERY = RECORD_PREFETCH // 4
 #: Seconds (relay clock) a relay waits to read the stream to its end before relaying anyway.
 CATCH_UP_TIMEOUT = 300.0
+#: How far back (ms) a relay starts reading the stream: a record older than
+#: :data:`~kombu_ladder.cancellation.records.LIFE` can drop no message, and
+#: :data:`~kombu_ladder.cancellation.records.SLACK` more covers a canceller's clock ahead of the broker's
+#: (whose append time the offset is). The stream's retention is not changed (it is part of the topology
+#: every relay declares); what a relay reads is bounded instead.
+READ_BACK_MS = LIFE + SLACK
+#: The header that makes a message a Celery task message (protocol 2), whose ``correlation_id`` is its task id.
+CELERY_TASK_HEADER = "task"
 
 
 class CancelWatch:
-    """Consumes ``ladder.cancellations`` from offset ``first`` on a channel of its own.
+    """Consumes ``ladder.cancellations`` on a channel of its own, from the records of the last
+    :data:`READ_BACK_MS` (by the broker's append time; a stream starts at the chunk holding it).
 
     At start it appends a marker of its own to the stream: once the marker
     comes back, every earlier record has been read, and :meth:`start`'s
@@ -40,13 +54,19 @@ class CancelWatch:
     are untrusted: a bad one is logged and skipped.
     """
 
-    def __init__(self, *, clock: Callable[[], float], horizon_ms: int) -> None:
+    def __init__(self, *, clock: Callable[[], float], notices: Optional[Notices] = None) -> None:
         self.clock = clock
-        #: The live cancelled message ids, and task ids (matched against a message's ``correlation_id``).
-        self.live = LiveSet(horizon_ms=horizon_ms)
-        self.tasks = LiveSet(horizon_ms=horizon_ms)
+        #: The live cancelled ids: each is matched against a message's ``message_id``, and against the
+        #: ``correlation_id`` of a Celery task message (its task id), whatever the record's ``key``.
+        self.live = LiveSet()
+        #: Where the per-record warnings go, rate-limited (the relay's, when it has them).
+        self.notices = notices if notices is not None else Notices(logger)
         #: Records skipped because they were not valid cancellations.
         self.skipped = 0
+        #: Records (cancellations and markers) read since the last start.
+        self.read = 0
+        #: Why the stream could not be read since the last start (None: read, or not started yet).
+        self.unreadable: Optional[str] = None
         self._channel: Any = None
         self._guard: Any = None
         self._token = ""
@@ -54,6 +74,11 @@ class CancelWatch:
         self._deadline = 0.0
         #: The last delivery tag taken, and the last acked, on the stream channel.
         self._taken = self._acked = 0
+
+    @property
+    def enforcing(self) -> bool:
+        """Whether the stream is being read (cancellations are enforced): started and not refused."""
+        return self._channel is not None and self.unreadable is None
 
     @property
     def ready(self) -> bool:
@@ -65,13 +90,14 @@ class CancelWatch:
         self._channel, self._guard, self._on_ready = channel, guard, on_ready
         self._token = uuid.uuid4().hex
         self._deadline = self.clock() + CATCH_UP_TIMEOUT
-        self._taken = self._acked = 0
+        self._taken = self._acked = self.read = 0
+        self.unreadable = None
         guard.watch(channel, self._closed)  # properties stay raw bytes: only the body is read
         try:
             declare_stream(channel)
             channel.basic_qos(0, RECORD_PREFETCH, False)
             channel.basic_consume(STREAM, callback=self._on_record, no_ack=False,
-                                  arguments={"x-stream-offset": "first"})
+                                  arguments={"x-stream-offset": self.read_from()})
             marker = encode_marker(self._token, at=int(self.clock() * 1000))
             link.publish(channel, link.RawMessage(marker, b"\x00\x00"), "", STREAM)
         except CONNECTION_ERRORS:
@@ -79,8 +105,13 @@ class CancelWatch:
                 return
             raise
         except Exception as exc:  # noqa: BLE001 - without the stream the relay still relays
-            logger.error(E_NO_STREAM, STREAM, escape(exc))
+            self.unreadable = escape(exc)
+            logger.error(E_NO_STREAM, STREAM, self.unreadable)
             self._ready()
+
+    def read_from(self) -> datetime:
+        """The stream offset a start reads from: :data:`READ_BACK_MS` ago (a timestamp, whole seconds)."""
+        return read_from(self.clock())
 
     def _ready(self) -> None:
         on_ready, self._on_ready = self._on_ready, None
@@ -90,7 +121,8 @@ class CancelWatch:
     def _closed(self, code: int, text: str, class_id: int, method_id: int) -> None:
         link.discard(self._channel)
         self._channel = None
-        logger.error(E_NO_STREAM, STREAM, f"the broker closed its channel: {code} {escape(text)}")
+        self.unreadable = f"the broker closed its channel: {code} {escape(text)}"
+        logger.error(E_NO_STREAM, STREAM, self.unreadable)
         self._ready()
 
     def _on_record(self, message: Any) -> None:
@@ -103,7 +135,8 @@ class CancelWatch:
             raise
         except Exception as exc:  # noqa: BLE001 - no record stops the relay
             self.skipped += 1
-            logger.error(W_BAD_RECORD, STREAM, f"{type(exc).__name__}: {escape(exc)}")
+            self.notices.warn("cancellation record", W_BAD_RECORD, STREAM, f"{type(exc).__name__}: {escape(exc)}",
+                              level=logging.ERROR)
         self._taken = message.delivery_info["delivery_tag"]
         if self._taken - self._acked >= ACK_EVERY or self._on_ready is None:
             self._ack()
@@ -115,19 +148,19 @@ class CancelWatch:
             self._acked = self._taken
 
     def _read(self, body: bytes) -> None:
+        self.read += 1
         try:
             record = decode(body)
         except RecordError as exc:
             self.skipped += 1
-            logger.warning(W_BAD_RECORD, STREAM, escape(exc))
+            self.notices.warn("cancellation record", W_BAD_RECORD, STREAM, escape(exc))
             return
         now = int(self.clock() * 1000)
         if record.kind == "cancel":
-            (self.tasks if record.key == "task_id" else self.live).add(record, now)
+            self.live.add(record, now)
         elif record.id == self._token and self._on_ready is not None:
             self.live.prune(now, force=True)
-            self.tasks.prune(now, force=True)
-            logger.info(I_CAUGHT_UP, len(self.live) + len(self.tasks), STREAM)
+            logger.info(I_CAUGHT_UP, len(self.live), STREAM)
             self._ready()
 
     def stop_waiting(self) -> None:
@@ -137,25 +170,25 @@ class CancelWatch:
     def tick(self) -> None:
         """Give up waiting for the stream's end after :data:`CATCH_UP_TIMEOUT` (the relay must relay)."""
         self._ack()  # none left unacked for long: RabbitMQ's consumer_timeout applies to streams too
+        self.notices.flush()
         if self._on_ready is not None and self.clock() >= self._deadline:
             logger.warning(W_SLOW, STREAM, CATCH_UP_TIMEOUT)
             self._ready()
 
-    def cancelled(self, message_id: Any, correlation_id: Any = None) -> Optional[str]:
-        """The id under which a message with these properties (bytes as on the wire) is cancelled, or None."""
+    def cancelled(self, message_id: Any, correlation_id: Any = None,
+                  headers: Optional[Mapping[str, Any]] = None) -> Optional[str]:
+        """The id under which a message with these properties (bytes as on the wire) is cancelled, or None.
+
+        An id matches the message's ``message_id``, or, on a Celery task message (one with a ``task``
+        header), its ``correlation_id`` (the task id); and only if the message was waiting when the
+        cancellation was written (see :meth:`~kombu_ladder.cancellation.records.LiveSet.cancelled`): when it entered
+        its rung is read from ``headers`` (the message's ``x-death``).
+        """
+        if not len(self.live):
+            return None
         now = int(self.clock() * 1000)
-        for ids, value in ((self.live, message_id), (self.tasks, correlation_id)):
-            if not value or not len(ids):
-                continue
-            ids.prune(now)
-            if isinstance(value, (bytes, bytearray)):
-                try:
-                    value = bytes(value).decode("utf-8")
-                except UnicodeDecodeError:
-                    continue
-            if ids.cancelled(value, now):
-                return str(value)
-        return None
+        self.live.prune(now)
+        return cancelled_id(self.live, now, message_id, correlation_id, headers)
 
     def close(self) -> None:
         """Close the stream channel."""
@@ -164,3 +197,37 @@ class CancelWatch:
         link.close_quietly(self._channel)
         self._channel = None
         self._on_ready = None
+
+
+def read_from(now: float) -> datetime:
+    """The stream offset to read the records that can still matter from, at ``now`` (epoch seconds)."""
+    start = max(0, int(now * 1000) - READ_BACK_MS) // 1000
+    return datetime.fromtimestamp(start, tz=timezone.utc)
+
+
+def cancelled_id(live: LiveSet, now: int, message_id: Any, correlation_id: Any = None,
+                 headers: Optional[Mapping[str, Any]] = None) -> Optional[str]:
+    """The id under which ``live`` cancels a message with these properties at ``now``, or None.
+
+    See :meth:`CancelWatch.cancelled` for the rule (what an id matches, and when the message must
+    have entered its rung).
+    """
+    for value, needs_task in ((message_id, False), (correlation_id, True)):
+        text = _text(value)
+        if text is None or text not in live:
+            continue
+        if needs_task and (headers is None or CELERY_TASK_HEADER not in headers):
+            continue
+        if live.cancelled(text, now, entered=entered_rung_ms(headers)):
+            return text
+    return None
+
+
+def _text(value: Any) -> Optional[str]:
+    """A property as text (bytes as on the wire decoded as UTF-8), or None."""
+    if isinstance(value, (bytes, bytearray)):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    return value if isinstance(value, str) and value else None

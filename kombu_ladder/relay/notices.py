@@ -1,15 +1,40 @@
-"""Per-message warnings, rate-limited: a few lines per kind and window, then one summary."""
+"""Per-message warnings, rate-limited (a few lines per kind and window, then a summary); the handlers' boundary."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
-__all__ = ["Notices", "W_SUPPRESSED"]
+from ..link import CONNECTION_ERRORS
+
+__all__ = ["Notices", "W_SUPPRESSED", "guarded"]
 
 W_SUPPRESSED = "%d more %s warning(s) like the above in the last %.0f s (not logged one by one)"
+E_HANDLER = "the relay failed while handling %s (it keeps running; the message(s) concerned stay unacked)"
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def guarded(what: str) -> Callable[[F], F]:
+    """Keep any exception but a lost connection from leaving a broker callback: it is logged through the
+    object's ``notices`` (a :class:`Notices`)."""
+
+    def decorate(method: F) -> F:
+        @functools.wraps(method)
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return method(self, *args, **kwargs)
+            except CONNECTION_ERRORS:
+                raise
+            except Exception:  # noqa: BLE001 - the boundary: a relay never dies of one message
+                self.notices.warn("internal", E_HANDLER, what, level=logging.ERROR, exc_info=True)
+                return None
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
 
 
 @dataclass

@@ -1,15 +1,17 @@
-"""The encoded properties of what the relay publishes: what arrived, with headers removed and added only (no I/O)."""
+"""The one place the relay's bytes are built: what arrived, with headers removed and added only (no I/O)."""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Optional
 
 from .. import wire
 from ..carry import CARRIED_PROPERTIES
 from ..contract import DUE_AT, MESSAGE_TYPE, PARKED_AT, PARKED_REASON, SCHEDULE_HEADERS
 from ..envelope import (
+    DEATH_HEADER,
+    DEATH_PREFIXES,
     LOCAL_HEADERS,
     REFUSALS,
     delivered_content_type,
@@ -17,7 +19,7 @@ from ..envelope import (
 )
 from ..parking import PARKED_ID, RAW_PROPERTIES
 
-__all__ = ["Headers", "views", "twice", "delivery", "hop", "retry", "park", "quarantine", "refusals"]
+__all__ = ["Headers", "views", "twice", "encode", "refusals"]
 
 #: Headers a delivery never carries: the schedule's, this library's local ones.
 _NOT_DELIVERED = frozenset((*SCHEDULE_HEADERS, *LOCAL_HEADERS))
@@ -89,73 +91,77 @@ def _without(items: Optional[wire.Table], names: frozenset[bytes]) -> Optional[w
 
 
 def _death(name: bytes) -> bool:
-    return name == b"x-death" or name.startswith(_DEATH_PREFIXES)
+    return name == _DEATH or name.startswith(_DEATH_PREFIXES)
 
 
-_DEATH_PREFIXES = (b"x-first-death-", b"x-last-death-")
+_DEATH = DEATH_HEADER.encode()
+_DEATH_PREFIXES = tuple(prefix.encode() for prefix in DEATH_PREFIXES)
 _NONE: frozenset[bytes] = frozenset()
 _NOT_DELIVERED_B = frozenset(n.encode() for n in _NOT_DELIVERED)
 _RETRIED_B = frozenset((DUE_AT.encode(), REFUSALS.encode()))
 _PARKING_B = frozenset(n.encode() for n in _PARKING)
+_RAW_PROPERTIES = RAW_PROPERTIES.encode()
 
 
-def _carried(props: wire.Properties) -> dict[str, Any]:
-    return {k: v for k, v in props.fields.items() if k in CARRIED_PROPERTIES}
+#: The headers each kind of publish drops (besides the death headers, which none carries on).
+_DROPPED = {"deliver": _NOT_DELIVERED_B, "hop": _NONE, "retry": _RETRIED_B, "park": _PARKING_B}
+_SCHEDULED = MESSAGE_TYPE.encode()
+_NO_HEADERS: Mapping[str, Any] = {}
 
 
-def delivery(props: wire.Properties, headers: Mapping[str, Any]) -> bytes:
-    """What a delivery carries: the carried properties, the content type and delivery mode the
-    publisher chose, and every header but the schedule's, the local and the death headers."""
-    fields = _carried(props)
-    content_type = delivered_content_type(headers)
-    if content_type is not None:
-        fields["content_type"] = content_type.encode("utf-8")
-    fields["delivery_mode"] = delivered_mode(headers)
-    kind = props.fields.get("type")
-    if kind is not None and kind != MESSAGE_TYPE.encode():
-        fields["type"] = kind
-    kept = _without(props.headers, _NOT_DELIVERED_B)
-    return wire.write_properties(wire.Properties(fields, kept))
+def encode(kind: str, props: Optional[wire.Properties], headers: Mapping[str, Any] = _NO_HEADERS, *,
+           raw: bytes = b"", added: Sequence[tuple[str, Any]] = ()) -> bytes:
+    """The encoded properties of what the relay publishes for a message that arrived with ``props``.
 
+    * ``"deliver"``: the carried properties, the content type and delivery mode the publisher
+      chose (read from ``headers``, the message's header view), and every header but the
+      schedule's, the local and the death headers.
+    * ``"hop"``: the carried properties as a persistent ``ScheduledMessage``, every header but
+      the death headers.
+    * ``"retry"``: a hop of a refused delivery, whose ``added`` headers (due time, refusals)
+      replace those it carried.
+    * ``"park"``: every property but ``expiration`` and ``user_id`` (a parked message never
+      expires; RabbitMQ refuses another user's id), persistent, the headers but the death headers,
+      plus the ``added`` parking headers (why, when, a parking id). Properties no client could read
+      (``props`` None, or properties that cannot be written again) travel as they arrived: as bytes,
+      ``raw``, in ``x-ladder-raw-properties``.
 
-def hop(props: wire.Properties) -> bytes:
-    """What goes back into a rung: the carried properties as a persistent ``ScheduledMessage``,
-    every header but the death headers."""
-    fields = _carried(props)
-    fields["type"] = MESSAGE_TYPE.encode()
-    fields["delivery_mode"] = 2
-    return wire.write_properties(wire.Properties(fields, _without(props.headers, _NONE)))
-
-
-def retry(props: wire.Properties, *, due_at: int, refusals: int) -> bytes:
-    """A refused delivery sent back into a rung, due again at ``due_at`` (epoch ms), refused ``refusals`` times."""
-    fields = _carried(props)
-    fields["type"] = MESSAGE_TYPE.encode()
-    fields["delivery_mode"] = 2
-    kept = _without(props.headers, _RETRIED_B) or []
-    kept += [(DUE_AT.encode(), wire.encode(due_at)), (REFUSALS.encode(), wire.encode(refusals))]
-    return wire.write_properties(wire.Properties(fields, kept))
-
-
-def _parking_headers(reason: str, at: int, park_id: str) -> wire.Table:
-    return [(PARKED_REASON.encode(), wire.encode(reason)), (PARKED_AT.encode(), wire.encode(at)),
-            (PARKED_ID.encode(), wire.encode(park_id))]
-
-
-def park(props: wire.Properties, *, reason: str, at: int, park_id: str) -> bytes:
-    """A parked message: its properties (persistent, never expiring), its headers but the death
-    headers, plus why (``x-ladder-parked-reason``), when and a parking id."""
-    fields = {k: v for k, v in props.fields.items() if k not in _NEVER}
-    fields["delivery_mode"] = 2
-    kept = _without(props.headers, _PARKING_B) or []
-    return wire.write_properties(wire.Properties(fields, kept + _parking_headers(reason, at, park_id)))
-
-
-def quarantine(raw: bytes, *, reason: str, at: int, park_id: str) -> bytes:
-    """A parked message whose properties no client could read: they travel as they arrived, as
-    bytes in ``x-ladder-raw-properties``, beside the parking headers."""
-    headers = _parking_headers(reason, at, park_id) + [(RAW_PROPERTIES.encode(), wire.encode(raw))]
-    return wire.write_properties(wire.Properties({"delivery_mode": 2}, headers))
+    ``added`` are (header name, value) pairs, appended in order.
+    """
+    if props is None:
+        fields: dict[str, Any] = {}
+        kept: Optional[wire.Table] = []
+    elif kind == "park":
+        fields = {k: v for k, v in props.fields.items() if k not in _NEVER}
+        kept = _without(props.headers, _DROPPED[kind])
+    else:
+        fields = {k: v for k, v in props.fields.items() if k in CARRIED_PROPERTIES}
+        kept = _without(props.headers, _DROPPED[kind])
+        own = props.fields.get("type")
+        if kind != "deliver":
+            fields["type"] = _SCHEDULED
+        elif own is not None and own != _SCHEDULED:
+            fields["type"] = own
+    if kind == "deliver":
+        fields["delivery_mode"] = delivered_mode(headers)
+        content_type = delivered_content_type(headers)
+        if content_type is not None:
+            fields["content_type"] = content_type.encode("utf-8")
+    else:
+        fields["delivery_mode"] = 2
+    notes = [(name.encode(), wire.encode(value)) for name, value in added]
+    if props is None:
+        notes.append((_RAW_PROPERTIES, wire.encode(raw)))
+    if notes:
+        kept = [*(kept or ()), *notes]
+    try:
+        return wire.write_properties(wire.Properties(fields, kept))
+    except wire.WireError:
+        if kind != "park" or props is None:
+            raise
+        # properties that cannot be written again are parked as the bytes they arrived as
+        notes.append((_RAW_PROPERTIES, wire.encode(raw)))
+        return wire.write_properties(wire.Properties({"delivery_mode": 2}, notes))
 
 
 def refusals(headers: Optional[Mapping[str, Any]]) -> int:

@@ -1,4 +1,4 @@
-"""Bookkeeping of the relay's work in flight: taken messages, unconfirmed publishes, exact return keys (no I/O)."""
+"""Bookkeeping of the relay's work in flight: taken messages, unconfirmed publishes, returns matched (no I/O)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,13 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional
 
+from .. import wire
+
 __all__ = ["Job", "Publish", "Pending", "Key"]
 
-#: What identifies a publish exactly: exchange, routing key, encoded properties and body.
-#: RabbitMQ returns a message with the very bytes it was published with.
-Key = tuple[str, str, bytes, bytes]
+#: What a ``basic.return`` names of its publish: exchange, routing key and body. The properties
+#: it carries may be re-encoded by the broker (RabbitMQ 4.x does; see :func:`wire.normal_form`).
+Key = tuple[str, str, bytes]
 
 
 @dataclass(eq=False)
@@ -66,25 +68,85 @@ class Publish:
     returned: Optional[str] = None
     #: When (relay clock, seconds) a publish waiting for its back-off may be sent again.
     due: float = 0.0
+    _normal: Any = field(default=False, repr=False)
 
     @property
     def key(self) -> Key:
-        """What identifies it exactly among publishes in flight (see :data:`Key`)."""
-        return (self.exchange, self.routing_key, self.raw, self.job.body)
+        """What a return of it names (see :data:`Key`)."""
+        return (self.exchange, self.routing_key, self.job.body)
+
+    @property
+    def normal(self) -> Optional[bytes]:
+        """Its properties' :func:`~kombu_ladder.wire.normal_form` (None: malformed), worked out once."""
+        if self._normal is False:
+            self._normal = wire.normal_form(self.raw)
+        return self._normal  # type: ignore[no-any-return]
+
+
+class _Flight:
+    """The unconfirmed publishes that share one :data:`Key`, in sequence order.
+
+    They can be told apart when a return comes back: either their properties are
+    the same bytes (identical messages, interchangeable: a return may be credited
+    to any of them), or their normal forms differ. :meth:`admits` keeps it so.
+    """
+
+    __slots__ = ("publishes", "raws")
+
+    def __init__(self) -> None:
+        self.publishes: list[Publish] = []
+        #: normal form -> the one encoding in flight with it (a malformed one: None -> its bytes).
+        self.raws: dict[Optional[bytes], bytes] = {}
+
+    def admits(self, publish: Publish) -> bool:
+        """Whether ``publish`` can fly with these and still be named exactly by a return."""
+        if not self.publishes:
+            return True
+        if len(self.raws) == 1 and publish.raw in self.raws.values():
+            return True  # twins: the common case costs no decoding
+        normal = publish.normal
+        if normal is None or None in self.raws:
+            return False  # malformed properties are told apart by nothing but their being alone
+        return self.raws.get(normal, publish.raw) == publish.raw
+
+    def add(self, publish: Publish) -> None:
+        if not self.publishes or publish.raw not in self.raws.values():
+            self.raws[publish.normal] = publish.raw
+        self.publishes.append(publish)
+
+    def remove(self, publish: Publish) -> None:
+        self.publishes.remove(publish)
+        if not any(p.raw == publish.raw for p in self.publishes):
+            self.raws = {raw_normal: raw for raw_normal, raw in self.raws.items() if raw != publish.raw}
+
+    def returned(self, raw: bytes) -> Optional[Publish]:
+        """The publish a return carrying properties ``raw`` names: the first such not returned yet."""
+        open_ = [p for p in self.publishes if p.returned is None]
+        if not open_:
+            return None
+        if len({p.raw for p in open_}) == 1:
+            return open_[0]  # one encoding in flight: it is this one (or its identical twin)
+        normal = wire.normal_form(raw)
+        return next((p for p in open_ if normal is not None and p.normal == normal), None)
 
 
 @dataclass
 class Pending:
     """Taken messages in consumption order, and the publishes in flight on the current channel.
 
-    Two publishes with the same :data:`Key` are never in flight together: the
-    second is held until the first is confirmed, so a ``basic.return`` (which
-    carries no sequence number) always names exactly one publish.
+    A ``basic.return`` carries no sequence number. RabbitMQ sends it before the
+    confirm of the same publish (on 3.10 and 4.0 alike), so the publish it names
+    is still unconfirmed; it names the exchange, routing key and body exactly,
+    and the properties up to the broker's re-encoding (:func:`wire.normal_form`).
+    Publishes sharing a :data:`Key` fly together only when that tells them apart
+    or they are identical (then any one may take the return: parking one of two
+    identical messages and delivering the other is what happened); otherwise the
+    later one is held until the earlier is confirmed.
     """
 
     jobs: "OrderedDict[int, Job]" = field(default_factory=OrderedDict)
     sent: dict[int, Publish] = field(default_factory=dict)
-    _keys: dict[Key, Publish] = field(default_factory=dict)
+    _flights: dict[Key, _Flight] = field(default_factory=dict)
     _held: dict[Key, "deque[Publish]"] = field(default_factory=dict)
     _seq: int = 0
     #: Jobs finished since the last :meth:`release`, in the order they finished.
@@ -100,16 +162,23 @@ class Pending:
         return job
 
     def submit(self, publish: Publish) -> bool:
-        """Give ``publish`` the next sequence number and return True, or hold it (False) behind its twin."""
+        """Give ``publish`` the next sequence number and return True, or hold it (False) until a return
+        could not mistake it for a publish in flight (see the class)."""
         key = publish.key
-        if key in self._keys:
+        flight = self._flights.get(key)
+        if flight is None:
+            flight = self._flights[key] = _Flight()
+        elif key in self._held or not flight.admits(publish):
             self._held.setdefault(key, deque()).append(publish)
             return False
+        self._fly(publish, flight)
+        return True
+
+    def _fly(self, publish: Publish, flight: _Flight) -> None:
         self._seq += 1
         publish.seq = self._seq
         self.sent[self._seq] = publish
-        self._keys[key] = publish
-        return True
+        flight.add(publish)
 
     def confirmed(self, tag: int, multiple: bool) -> list[Publish]:
         """Remove and return the publishes a broker ack or nack covers, in sequence order."""
@@ -120,32 +189,39 @@ class Pending:
         out = []
         for seq in seqs:
             publish = self.sent.pop(seq)
-            if self._keys.get(publish.key) is publish:
-                del self._keys[publish.key]
+            flight = self._flights[publish.key]
+            flight.remove(publish)
+            if not flight.publishes and publish.key not in self._held:
+                del self._flights[publish.key]
             out.append(publish)
         return out
 
-    def unhold(self, key: Key) -> Optional[Publish]:
-        """Return the next publish held behind ``key``, now free, or None."""
+    def unhold(self, key: Key) -> list[Publish]:
+        """Return the publishes held behind ``key`` that may fly now, in order (they are submitted)."""
         held = self._held.get(key)
         if not held:
-            return None
-        publish = held.popleft()
+            return []
+        flight = self._flights[key]  # kept while publishes are held behind it
+        out: list[Publish] = []
+        while held and flight.admits(held[0]):
+            publish = held.popleft()
+            self._fly(publish, flight)
+            out.append(publish)
         if not held:
             del self._held[key]
-        return publish
+        return out
 
     def returned(self, exchange: str, routing_key: str, raw: bytes, body: bytes) -> Optional[Publish]:
-        """Return the publish in flight that a ``basic.return`` with these bytes is about, or None."""
-        publish = self._keys.get((exchange, routing_key, raw, body))
-        return publish if publish is not None and publish.returned is None else None
+        """Return the unconfirmed publish that a ``basic.return`` with these fields names, or None."""
+        flight = self._flights.get((exchange, routing_key, body))
+        return flight.returned(raw) if flight is not None else None
 
     def lose_channel(self) -> tuple[list[Publish], list[Publish]]:
         """The publishing channel is gone: forget its numbering; return (unconfirmed, held) publishes, in order."""
         lost = [self.sent[s] for s in sorted(self.sent)]
         held = [p for q in self._held.values() for p in q]
         self.sent.clear()
-        self._keys.clear()
+        self._flights.clear()
         self._held.clear()
         self._seq = 0
         return lost, held

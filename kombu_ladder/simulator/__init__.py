@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from .broker import Arrival, SimulatedBroker, SimulatorStalled
-from .driver import SimulatedRelay
 from .registry import SCHEME
 from .transport import Transport
 
-__all__ = ["SCHEME", "Arrival", "SimulatedBroker", "SimulatedRelay", "SimulatorStalled", "Transport"]
+__all__ = ["SCHEME", "Arrival", "SimulatedBroker", "SimulatorStalled", "Transport"]

@@ -15,12 +15,12 @@ from amqp.basic_message import Message as AmqpMessage
 from kombu import Connection
 from kombu.transport import pyamqp
 
+from .client_codec import client_body, copy_decoded
 from .clock import VirtualClock
 from .core import BrokerCore
 from .frames import Call
 from .profiles import DEFAULT, profile_for
-from .registry import SCHEME, install_scheme, named, register, unique_name
-from .wire import client_body, copy_decoded
+from .registry import SCHEME, named, register, unique_name
 
 __all__ = ["SimulatedBroker", "Arrival", "SimulatorStalled"]
 
@@ -75,10 +75,9 @@ class SimulatedBroker(BrokerCore):
         #: Relays' timers in virtual time: (epoch ms, order, transport, function); see call_later.
         self._timers: list[tuple[int, int, Any, Any]] = []
         self._timer_order = itertools.count()
-        #: The relays :meth:`relay` started.
+        #: The relays :meth:`host` runs.
         self.relays: list[Any] = []
         register(self.name, self)
-        install_scheme(SCHEME)  # so that its URL resolves (kombu_ladder's import does the same)
 
     @classmethod
     def named(cls, name: str) -> "SimulatedBroker":
@@ -106,7 +105,7 @@ class SimulatedBroker(BrokerCore):
     def drive(self, connection: Connection, *, tick: Optional[Any] = None) -> None:
         """Have :meth:`advance` and :meth:`settle` handle ``connection``'s deliveries in the calling thread.
 
-        For consumers nobody drains: :meth:`relay` uses it for its relay. ``tick``
+        For consumers nobody drains: :meth:`host` uses it for what it runs. ``tick``
         is called on every settle, as a real relay's loop calls it about once a second.
         """
         transport = connection.connection  # establishes the connection when needed
@@ -115,12 +114,20 @@ class SimulatedBroker(BrokerCore):
         if tick is not None:
             self._ticks.append(tick)
 
-    def relay(self, **options: Any) -> Any:
-        """Start a relay that :meth:`advance` runs synchronously; see :class:`SimulatedRelay`."""
-        from .driver import SimulatedRelay
+    def host(self, relay: Any) -> Any:
+        """Run ``relay`` on a connection of its own that :meth:`advance` drives in the calling thread; return it.
 
-        relay = SimulatedRelay(self, **options)
+        ``relay`` is what a worker's event loop would run: ``start(connection, channel)``,
+        ``tick()`` and ``close()`` (the ladder's :class:`kombu_ladder.Relay`). Every
+        :meth:`advance` (or :meth:`settle`) hands it what reached it, and it republishes
+        before the clock moves on; it keeps time with this broker's virtual clock.
+        :meth:`close` stops it (unacked expiries go back to their queue).
+        """
+        connection = self.connection()
+        relay.start(connection, connection.channel())
+        self.drive(connection, tick=relay.tick)
         self.relays.append(relay)
+        self.settle()
         return relay
 
     def set_permissions(self, *, configure: str = ".*", write: str = ".*", read: str = ".*") -> None:
@@ -131,7 +138,7 @@ class SimulatedBroker(BrokerCore):
             self.permissions = Permissions(self.vhost, configure, write, read)
 
     def close(self) -> None:
-        """Stop the relays this broker started and close every connection to it."""
+        """Stop what :meth:`host` runs and close every connection to it."""
         for relay in self.relays:
             relay.close()
         with self.lock:
@@ -164,7 +171,7 @@ class SimulatedBroker(BrokerCore):
         """Move virtual time forward by ``seconds``, processing everything due on the way.
 
         Expiries happen in due order; each dead-lettered message is routed,
-        and every consumer that is being drained (a :meth:`relay`, or a
+        and every consumer that is being drained (a relay :meth:`host` runs, or a
         ``Scheduler``'s relay thread) handles what reached it before the clock
         moves on. ``advance(0)`` just lets consumers catch up.
         """
@@ -239,6 +246,13 @@ class SimulatedBroker(BrokerCore):
         """Return the declared queues' names, sorted."""
         with self.lock:
             return sorted(self.queues)
+
+    def queue_arguments(self, queue: str) -> Optional[dict[str, Any]]:
+        """Return ``queue``'s arguments as this release reports them (``rabbitmqctl list_queues
+        arguments``), or None when it does not exist."""
+        with self.lock:
+            found = self.queues.get(queue)
+            return None if found is None else self.profile.read_back(dict(found.arguments))
 
     def depth(self, queue: str) -> int:
         """Return how many messages are ready in ``queue`` (0 when it does not exist)."""

@@ -14,15 +14,16 @@ from amqp.exceptions import (
     ChannelError,
     FrameError,
     MessageNacked,
+    PreconditionFailed,
     RecoverableConnectionError,
 )
 from amqp.protocol import queue_declare_ok_t
 from kombu.transport import pyamqp, virtual
 from kombu.transport.base import to_rabbitmq_queue_arguments
 
+from .client_codec import body_bytes
 from .declarations import token
 from .inbound import Inbound
-from .wire import body_bytes
 
 if TYPE_CHECKING:
     from .transport import Transport
@@ -82,6 +83,10 @@ class Channel(Inbound, virtual.Channel):
 
     Message = pyamqp.Message  # type: ignore[assignment]
 
+    #: ``basic_publish`` writes a message's properties with ``_serialize_properties``, as py-amqp does,
+    #: so a publisher may hand it encoded properties (:class:`kombu_ladder.link.RawMessage`).
+    sends_encoded_properties = True
+
     def __init__(self, connection: "Transport", **kwargs: Any) -> None:
         super().__init__(connection, **kwargs)
         self.broker = connection.broker
@@ -107,6 +112,8 @@ class Channel(Inbound, virtual.Channel):
         self.closing: Optional[BaseException] = None
         #: Confirms of routed publishes, sent once their queues have taken them (see flush_confirms).
         self.deferred: list[tuple[int, bool]] = []
+        #: Publishes and acks held until ``tx.commit`` once the channel is transactional (None: it is not).
+        self.transaction: Optional[list[Callable[[], Any]]] = None
 
     def _reset(self) -> None:
         """What a channel error does: the broker closes the channel, py-amqp reopens it."""
@@ -196,9 +203,44 @@ class Channel(Inbound, virtual.Channel):
             self.connection.client.release()
             raise FrameError(f"FRAME_ERROR - content header of {len(raw) + 20} bytes over frame_max "
                              f"{self.connection.frame_max}", spec.Basic.Publish, reply_code=501)
-        self.broker.publish(self, body, raw, exchange, routing_key, mandatory=mandatory)
+        self._transacted(self.broker.publish, self, body, raw, exchange, routing_key, mandatory=mandatory)
 
     basic_publish = _basic_publish  # type: ignore[assignment]
+
+    def _transacted(self, operation: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        """Do ``operation`` now, or at ``tx.commit`` on a transactional channel (a close drops it)."""
+        if self.transaction is None:
+            operation(*args, **kwargs)
+        else:
+            self.transaction.append(lambda: operation(*args, **kwargs))
+
+    @_channel_op
+    def tx_select(self) -> None:
+        """Make the channel transactional, as RabbitMQ does (refused on a channel in confirm mode)."""
+        if self.confirm:
+            raise PreconditionFailed("PRECONDITION_FAILED - cannot switch from confirm to tx mode",
+                                     spec.Tx.Select, reply_code=406)
+        if self.transaction is None:
+            self.transaction = []
+
+    @_channel_op
+    def tx_commit(self) -> None:
+        """Apply the publishes and acks held since the last commit, in order."""
+        if self.transaction is None:
+            raise PreconditionFailed("PRECONDITION_FAILED - channel is not transactional", spec.Tx.Commit,
+                                     reply_code=406)
+        held, self.transaction = self.transaction, []
+        with self.broker.lock:  # all at once: nothing sees half a transaction
+            for operation in held:
+                operation()
+
+    @_channel_op
+    def tx_rollback(self) -> None:
+        """Drop the publishes and acks held since the last commit."""
+        if self.transaction is None:
+            raise PreconditionFailed("PRECONDITION_FAILED - channel is not transactional", spec.Tx.Rollback,
+                                     reply_code=406)
+        self.transaction = []
 
     def basic_publish_confirm(self, *args: Any, **kwargs: Any) -> None:
         """Publish and wait for the broker's confirm, as py-amqp's does; a nack raises MessageNacked."""
@@ -208,11 +250,18 @@ class Channel(Inbound, virtual.Channel):
         self._basic_publish(*args, **kwargs)
         seq = self._publish_seq
         self.connection.process_until(lambda: self.confirmed >= seq or self.closed)
+        if self.closing is not None:  # the broker closed the channel instead of confirming: py-amqp raises why
+            error = self.closing
+            self._reset()
+            raise error
         if seq in self.nacked:
             raise MessageNacked()
 
     @_channel_op
     def confirm_select(self, nowait: bool = False) -> None:
+        if self.transaction is not None:
+            raise PreconditionFailed("PRECONDITION_FAILED - cannot switch from tx to confirm mode",
+                                     spec.Confirm.Select, reply_code=406)
         self.confirm = True
 
     @_channel_op
@@ -259,15 +308,17 @@ class Channel(Inbound, virtual.Channel):
 
     @_no_reply_op
     def basic_ack(self, delivery_tag: int, multiple: bool = False, **_: Any) -> None:
-        self.broker.resolve(self, delivery_tag, multiple=multiple, outcome="ack")
+        self._transacted(self.broker.resolve, self, delivery_tag, multiple=multiple, outcome="ack")
 
     @_no_reply_op
     def basic_reject(self, delivery_tag: int, requeue: bool = True, **_: Any) -> None:
-        self.broker.resolve(self, delivery_tag, multiple=False, outcome="requeue" if requeue else "reject")
+        self._transacted(self.broker.resolve, self, delivery_tag, multiple=False,
+                         outcome="requeue" if requeue else "reject")
 
     @_no_reply_op
     def basic_nack(self, delivery_tag: int, multiple: bool = False, requeue: bool = True, **_: Any) -> None:
-        self.broker.resolve(self, delivery_tag, multiple=multiple, outcome="requeue" if requeue else "reject")
+        self._transacted(self.broker.resolve, self, delivery_tag, multiple=multiple,
+                         outcome="requeue" if requeue else "reject")
 
     @_channel_op
     def basic_recover(self, requeue: bool = True) -> None:

@@ -11,13 +11,13 @@ from amqp import spec
 from amqp.exceptions import AccessRefused, PreconditionFailed
 
 from . import streams
+from .client_codec import with_headers
 from .clock import VirtualClock
 from .deadletter import dead_letter_headers, is_cycle
 from .declarations import INTERNAL, PREDECLARED, Declarations, token
 from .entities import ConsumerRef, SimExchange, SimQueue, Stored
 from .permissions import Permissions
 from .routing import Routing
-from .wire import with_headers
 
 __all__ = ["BrokerCore", "PREDECLARED"]
 
@@ -214,9 +214,11 @@ class BrokerCore(Routing, Declarations):
         old = properties.get("application_headers")
         headers = properties["application_headers"] = dead_letter_headers(
             old if isinstance(old, dict) else None, queue=queue.name, reason=reason, exchange=message.exchange,
-            routing_keys=[message.routing_key], now_ms=self.clock.ms, original_expiration=expiration)
+            routing_keys=[message.routing_key], now_ms=self.clock.ms, original_expiration=expiration,
+            last_death=self.profile.last_death_headers)
         # RabbitMQ rewrites only these headers: every other keeps its bytes (and its type).
-        changed = {k: v for k, v in headers.items() if k == "x-death" or k.startswith("x-first-death-")}
+        changed = {k: v for k, v in headers.items()
+                   if k == "x-death" or k.startswith(("x-first-death-", "x-last-death-"))}
         raw = with_headers(message.raw, changed, drop=("expiration",))
         self.stats["dead_lettered"] += 1
         for routing_key in keys:

@@ -1,4 +1,4 @@
-"""Dead-lettering as RabbitMQ 3.10 writes it: the ``x-death`` table and cycle detection."""
+"""Dead-lettering as RabbitMQ writes it (3.10, and 4.x's ``x-last-death-*``): the ``x-death`` table and cycles."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ def dead_letter_headers(
     routing_keys: list[str],
     now_ms: int,
     original_expiration: Optional[str] = None,
+    last_death: bool = False,
 ) -> dict[str, Any]:
     """Return the headers of a message dead-lettered from ``queue``.
 
@@ -27,7 +28,8 @@ def dead_letter_headers(
     ``x-first-death-reason``, ``-queue`` and ``-exchange``; ``x-death`` is a
     list of tables, newest first, one per (queue, reason), whose ``count``
     goes up (and which moves to the front) when the message dies the same way
-    again. 3.10 writes no ``x-last-death-*`` headers.
+    again. 3.10 writes no ``x-last-death-*`` headers; 4.x (``last_death``) sets
+    ``x-last-death-reason``, ``-queue`` and ``-exchange`` at every death.
     """
     if reason not in REASONS:
         raise ValueError(f"reason must be one of {sorted(REASONS)}, not {reason!r}")
@@ -41,6 +43,10 @@ def dead_letter_headers(
     }
     if original_expiration is not None:
         info["original-expiration"] = original_expiration
+    if last_death:
+        out["x-last-death-reason"] = reason
+        out["x-last-death-queue"] = queue
+        out["x-last-death-exchange"] = exchange
     deaths = out.get("x-death")
     if not isinstance(deaths, list):
         out["x-first-death-reason"] = reason

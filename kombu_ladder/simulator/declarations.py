@@ -10,6 +10,7 @@ from amqp import spec
 from amqp.exceptions import AccessRefused, InvalidCommand, NotFound, PreconditionFailed, ResourceLocked
 
 from . import streams
+from .client_codec import round_trip_table
 from .entities import (
     EXCHANGE_TYPES,
     QUEUE_ARGUMENT_KEYS,
@@ -20,7 +21,6 @@ from .entities import (
     check_queue_arguments,
 )
 from .profiles import DEFAULT, PROFILES, Profile
-from .wire import round_trip_table
 
 __all__ = ["Declarations", "PREDECLARED", "INTERNAL", "token"]
 

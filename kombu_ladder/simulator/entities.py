@@ -61,6 +61,8 @@ class Stored:
     raw: bytes = b"\x00\x00"
     #: What py-amqp raises decoding ``raw`` (RabbitMQ took it; ``properties`` is then lenient).
     undecodable: Optional[BaseException] = None
+    #: Virtual epoch ms at which a stream appended it (None: not in a stream).
+    appended_at: Optional[int] = None
 
     @property
     def headers(self) -> dict[str, Any]:

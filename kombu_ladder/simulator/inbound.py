@@ -9,8 +9,8 @@ from amqp import spec
 from amqp.basic_message import Message as AmqpMessage
 from amqp.exceptions import ChannelError, error_for_code
 
+from .client_codec import client_body, copy_decoded
 from .frames import Close, Confirm, Delivery, Return
-from .wire import client_body, copy_decoded
 
 __all__ = ["Inbound"]
 
@@ -26,7 +26,7 @@ class Inbound:
     connection. ``drain_events`` fires the frames in the consuming thread,
     where they reach the consumer's callback or the ``events`` handlers as
     py-amqp would hand them over. On a channel the connection's guard watches
-    (see :class:`kombu_ladder.relay.link.Guard`), a message arrives with its
+    (see :class:`kombu_ladder.link.Guard`), a message arrives with its
     properties as bytes, and a close goes to the guard instead of raising.
     """
 
@@ -88,11 +88,11 @@ class Inbound:
 
     def _guarded(self, raw: bytes) -> bool:
         """Hand the encoded properties to the connection's guard, if it guards this channel (see
-        :class:`kombu_ladder.relay.link.Guard`, which a py-amqp connection runs on its frames)."""
+        :class:`kombu_ladder.link.Guard`, which a relay's py-amqp connection runs on its frames)."""
         guard = self.connection.guard
-        if guard is None or not guard.watches(self.channel_id):
+        if not guard.watches(self.channel_id):
             return False
-        guard.header(self.channel_id, raw)
+        guard.header(self.channel_id, self.broker.profile.outgoing(raw))
         return True
 
     def _content(self, stored: Any) -> AmqpMessage:
@@ -145,9 +145,7 @@ class Inbound:
         if event.generation != self.generation or self.closing is None:
             return  # the client met the error on a synchronous call already
         error = event.error
-        guard = self.connection.guard
-        if guard is not None and guard.closed(self.channel_id, error.reply_code, error.reply_text,
-                                              *error.method_sig):
+        if self.connection.guard.closed(self.channel_id, error.reply_code, error.reply_text, *error.method_sig):
             return
         self._reset()  # py-amqp answers close-ok, reopens the channel and raises the error
         raise error

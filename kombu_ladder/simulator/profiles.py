@@ -1,4 +1,4 @@
-"""RabbitMQ release profiles: what a 4.3 broker refuses or treats differently from 3.10."""
+"""RabbitMQ release profiles: what a 4.0 or 4.3 broker does differently from 3.10 (as measured on 4.0.5)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from typing import Any
 
 from amqp import spec
 from amqp.exceptions import InternalError, PreconditionFailed
+
+from .. import wire
 
 __all__ = ["Profile", "PROFILES", "DEFAULT", "profile_for"]
 
@@ -35,6 +37,14 @@ class Profile:
     #: A non-durable, non-exclusive queue can be declared (3.x); 4.3 refuses it by default
     #: (deprecated feature ``transient_nonexcl_queues``) and closes the connection.
     transient_nonexclusive: bool = True
+    #: What a consumer or a ``basic.return`` receives: the properties as published (3.x), or with
+    #: the header table re-encoded (4.x: see :func:`kombu_ladder.wire.normal_form`).
+    reencodes_headers: bool = False
+    #: Dead-lettering also writes ``x-last-death-reason``, ``-queue`` and ``-exchange`` (4.x).
+    last_death_headers: bool = False
+    #: Queue arguments read back (``rabbitmqctl list_queues arguments``) name ``x-queue-type``
+    #: on every queue, a classic one declared without it included (4.x).
+    reports_queue_type: bool = False
 
     def check_queue_declare(self, name: str, vhost: str, *, durable: bool, exclusive: bool,
                             arguments: dict[str, Any]) -> None:
@@ -56,11 +66,30 @@ class Profile:
         """Whether a ``basic.qos`` with this ``global`` flag limits the whole channel."""
         return a_global and self.global_qos
 
+    def outgoing(self, raw: bytes) -> bytes:
+        """The encoded properties a consumer or a return receives of a message stored as ``raw``."""
+        if not self.reencodes_headers:
+            return raw
+        normal = wire.normal_form(raw)
+        return raw if normal is None else normal
 
-#: Every profile by name. "3.10" is what the repository's real broker runs.
+    def read_back(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """A queue's arguments as this release reports them."""
+        if self.reports_queue_type and "x-queue-type" not in arguments:
+            return {**arguments, "x-queue-type": "classic"}
+        return dict(arguments)
+
+
+#: What 4.0 does differently from 3.10, measured on 4.0.5 (tests/broker/test_simulator_fidelity.py
+#: runs the same scenarios on both brokers and on these profiles).
+_FOUR = {"reencodes_headers": True, "last_death_headers": True, "reports_queue_type": True}
+
+#: Every profile by name. "3.10" is what the repository's real broker runs; "4.0" the other one it
+#: runs (``make test-rabbitmq4``); "4.3" is 4.0 plus 4.3's refusals, which cannot run here.
 PROFILES: dict[str, Profile] = {
     "3.10": Profile("3.10"),
-    "4.3": Profile("4.3", global_qos=False, cqv1_arguments=False, transient_nonexclusive=False),
+    "4.0": Profile("4.0", **_FOUR),
+    "4.3": Profile("4.3", global_qos=False, cqv1_arguments=False, transient_nonexclusive=False, **_FOUR),
 }
 
 

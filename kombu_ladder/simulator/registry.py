@@ -7,9 +7,9 @@ import threading
 import weakref
 from typing import Any, Callable
 
-from ..brokers import SIMULATOR, install_scheme
+from ..brokers import SIMULATOR
 
-__all__ = ["SCHEME", "register", "lookup", "named", "name_in", "unique_name", "install_scheme"]
+__all__ = ["SCHEME", "register", "lookup", "named", "name_in", "unique_name"]
 
 #: The URL scheme of the simulator's transport.
 SCHEME = SIMULATOR

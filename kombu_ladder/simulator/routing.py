@@ -8,8 +8,8 @@ from amqp import spec
 from amqp.exceptions import AccessRefused, ChannelError, PreconditionFailed
 
 from . import streams
+from .client_codec import decode_raw
 from .entities import SimExchange, SimQueue, Stored
-from .wire import decode_raw
 
 __all__ = ["Routing"]
 

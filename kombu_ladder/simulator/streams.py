@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any, Optional
 
 from amqp import spec
@@ -12,7 +13,8 @@ from .entities import ConsumerRef, SimQueue, Stored
 __all__ = ["is_stream", "check_declare", "start_offset", "append", "dispatch"]
 
 #: What this model leaves out: retention (``x-max-age``, ``x-max-length-bytes``) keeps every
-#: record; offsets given as a timestamp are not read; ``basic.get`` is not refused.
+#: record; a timestamp offset starts at the first record appended in or after its second (RabbitMQ
+#: starts at the chunk holding it, which may be a few records earlier); ``basic.get`` is not refused.
 
 
 def is_stream(queue: SimQueue) -> bool:
@@ -39,12 +41,17 @@ def start_offset(queue: SimQueue, arguments: Optional[dict[str, Any]]) -> int:
         return 0
     if isinstance(offset, int) and not isinstance(offset, bool) and offset >= 0:
         return min(offset, len(queue.log))
+    if isinstance(offset, datetime):  # an AMQP timestamp: whole seconds
+        moment = offset if offset.tzinfo else offset.replace(tzinfo=timezone.utc)
+        since = int(moment.timestamp()) * 1000
+        return next((i for i, m in enumerate(queue.log) if (m.appended_at or 0) >= since), len(queue.log))
     return len(queue.log)  # "next", "last" (approximately) and what is not modelled
 
 
 def append(core: Any, queue: SimQueue, message: Stored) -> bool:
     """Append ``message`` to the stream's log (it never expires) and hand it to the consumers."""
     message.expires_at = None
+    message.appended_at = core.clock.ms
     queue.log.append(message)
     if core.record:
         core._arrivals[queue.name].append((core.clock.ms, message))

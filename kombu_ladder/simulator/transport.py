@@ -12,8 +12,10 @@ import amqp
 from amqp.exceptions import RecoverableConnectionError
 from kombu.transport import virtual
 
+from ..link import Guard
 from .channel import Channel
 from .frames import Confirm
+from .link import SimulatedLink
 from .registry import SCHEME, name_in
 
 __all__ = ["Transport", "Channel", "SCHEME"]
@@ -56,14 +58,18 @@ class Transport(virtual.Transport):
         self.closed = True
         #: The largest frame, as RabbitMQ negotiates it by default (a content header is one frame).
         self.frame_max = 131072
-        #: What stands between this connection's frames and its channels, as on a py-amqp
-        #: connection (see :func:`kombu_ladder.relay.link.guard_of`); None when nothing does.
-        self.guard: Any = None
+        #: What stands between this connection's frames and its channels, as on a relay's py-amqp
+        #: connection (see :class:`kombu_ladder.link.Guard`): it passes every frame of a channel it
+        #: does not watch untouched.
+        self.guard = Guard()
+        self._link: Optional[SimulatedLink] = None
 
-    @property
-    def virtual_clock(self) -> Callable[[], float]:
-        """The broker's virtual clock: what a producer, scheduler or relay on this connection stamps with."""
-        return self.broker.now  # type: ignore[no-any-return]
+    def ladder_link(self) -> SimulatedLink:
+        """This connection's :class:`~kombu_ladder.link.Link` (see :func:`kombu_ladder.link.link_for`):
+        the broker's virtual clock and timers; what a producer, scheduler or relay here keeps time with."""
+        if self._link is None:
+            self._link = SimulatedLink(self)
+        return self._link
 
     def establish_connection(self) -> "Transport":
         with self.broker.lock:
@@ -84,15 +90,6 @@ class Transport(virtual.Transport):
                 channel.close()
             self.closed = True
             self.inbox.clear()
-
-    def ladder_timers(self, function: Callable[[], None]) -> Callable[[float], None]:
-        """Return ``wakeup(seconds)``: call ``function`` on this connection that many virtual seconds from now.
-
-        A relay holding messages asks for it (see :mod:`kombu_ladder.relay.residual`):
-        ``advance()`` stops at the time asked and runs ``function`` where the relay
-        reads its frames, as a timer in a real relay's event loop would.
-        """
-        return lambda seconds: self.broker.call_later(self, seconds, function)
 
     def verify_connection(self, connection: Any) -> bool:
         return not self.closed

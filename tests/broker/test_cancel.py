@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 import pytest
 from backends import Arrivals, declare_target, depth
 
 import kombu_ladder
 from kombu_ladder import LadderProducer, Scheduler
-from kombu_ladder.cancels import STREAM, encode
+from kombu_ladder.cancellation.records import STREAM, encode
 
 
 def _relay_of(sched: Scheduler) -> Any:
@@ -89,19 +90,27 @@ class _Records(logging.Handler):
         self.lines.append(record.getMessage())
 
 
-def test_bad_records_on_the_stream_are_skipped_and_never_stop_a_relay(ladder_backend: Any) -> None:
-    records = _Records()  # on the relay's logger itself: another test may have stopped its propagation,
-    relay_logger = logging.getLogger("kombu_ladder.relay")  # or disabled it (a dictConfig of an earlier test)
+@contextmanager
+def _relay_warnings() -> Iterator[_Records]:
+    """The relay's warnings, caught on its logger itself: another test may have stopped its propagation,
+    or disabled it (a dictConfig of an earlier test)."""
+    records = _Records()
+    relay_logger = logging.getLogger("kombu_ladder.relay")
     was = relay_logger.disabled, relay_logger.level
     relay_logger.disabled = False
     relay_logger.setLevel(logging.WARNING)
     relay_logger.addHandler(records)
     try:
-        _bad_records(ladder_backend)
+        yield records
     finally:
         relay_logger.removeHandler(records)
         relay_logger.disabled = was[0]
         relay_logger.setLevel(was[1])
+
+
+def test_bad_records_on_the_stream_are_skipped_and_never_stop_a_relay(ladder_backend: Any) -> None:
+    with _relay_warnings() as records:
+        _bad_records(ladder_backend)
     skipped = [line for line in records.lines if "is not a cancellation" in line]
     assert len(skipped) == 5, records.lines
 
@@ -110,7 +119,7 @@ def _bad_records(ladder_backend: Any) -> None:
     with ladder_backend.connection() as conn:
         declare_target(conn, "t.bad")
         channel = conn.channel()
-        kombu_ladder.cancelling.declare_stream(channel)
+        kombu_ladder.cancellation.stream.declare_stream(channel)
         for body in (b"\xff not json", b"[]", b'{"ladder": "cancel", "v": 1, "id": 5, "at": 1}', b"{" * 5000,
                      encode("x" * 200, at=1)[:-1]):
             channel.basic_publish(channel.prepare_message(body), exchange="", routing_key=STREAM)
@@ -140,3 +149,45 @@ def test_cancel_refuses_an_id_no_message_can_have(ladder_backend: Any, given: An
     with ladder_backend.connection() as conn:
         with pytest.raises(error, match="message_id"):
             kombu_ladder.cancel(conn, given)
+
+
+def test_a_message_id_cancel_drops_a_celery_task_by_its_task_id_and_nothing_else(ladder_backend: Any) -> None:
+    """One meaning for an id: kombu_ladder.cancel(TASK_ID) drops the Celery task message with that task id
+    (its correlation_id), not a plain message whose correlation_id merely equals it (an RPC reply)."""
+    with ladder_backend.connection() as conn, Scheduler.on(conn, clock=ladder_backend.clock) as sched:
+        declare_target(conn, "t.taskid")
+        producer = LadderProducer(conn.default_channel, clock=ladder_backend.clock)
+        producer.publish(b"task", routing_key="t.taskid", countdown=2.6, correlation_id="t-3",
+                         headers={"task": "proj.add", "id": "t-3"})
+        producer.publish(b"reply", routing_key="t.taskid", countdown=2.6, correlation_id="t-3")
+        kombu_ladder.cancel(conn, "t-3")
+        ladder_backend.wait_until(lambda: sched.cancelled == 1 and sched.delivered == 1, 20, "task dropped, reply sent")
+        (_, _, message), = Arrivals(ladder_backend, conn, "t.taskid").wait(1, 20)
+        assert message.body == b"reply"
+
+
+def test_a_cancellation_spares_a_message_with_its_id_scheduled_after_it(ladder_backend: Any) -> None:
+    """A record written two minutes ago (its clock says so) cancels what waited then, not a reuse of the id now."""
+    with ladder_backend.connection() as conn, Scheduler.on(conn, clock=ladder_backend.clock) as sched:
+        declare_target(conn, "t.reuse")
+        kombu_ladder.cancel(conn, "reuse-1", clock=lambda: ladder_backend.clock() - 120)
+        sched.in_(2.6, b"reused", routing_key="t.reuse", message_id="reuse-1")  # 1 s rung, a hop, then held
+        doomed = sched.in_(2.6, b"doomed", routing_key="t.reuse")
+        sched.cancel(doomed)
+        ladder_backend.wait_until(lambda: sched.cancelled == 1 and sched.delivered == 1, 20, "doomed dropped")
+        (_, _, message), = Arrivals(ladder_backend, conn, "t.reuse").wait(1, 20)
+        assert (message.properties["message_id"], message.body) == ("reuse-1", b"reused")
+
+
+def test_bad_records_are_warned_about_a_few_at_a_time(ladder_backend: Any) -> None:
+    """200,000 junk records once printed 200,000 warnings per relay start: now the relay's rate limit applies."""
+    with _relay_warnings() as records, ladder_backend.connection() as conn:
+        channel = conn.channel()
+        kombu_ladder.cancellation.stream.declare_stream(channel)
+        for n in range(200):
+            channel.basic_publish(channel.prepare_message(b"junk %d" % n), exchange="", routing_key=STREAM)
+        channel.close()
+        with Scheduler.on(conn, clock=ladder_backend.clock) as sched:
+            assert _relay_of(sched).cancels.skipped >= 200  # and any earlier test's, in this vhost
+    skipped = [line for line in records.lines if "is not a cancellation" in line]
+    assert len(skipped) == 5, records.lines

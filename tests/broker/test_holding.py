@@ -1,7 +1,9 @@
-"""The relay's hold capacity: when full it falls back to the 1 s rung; on stop it gives held messages back."""
+"""The relay's hold capacity and byte budget: when full it takes a rung, never delivering early; on stop it
+gives held messages back."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from contextlib import contextmanager
 from typing import Any, Iterator
@@ -10,7 +12,9 @@ from backends import declare_target, depth
 
 from kombu_ladder import LadderProducer, declare
 from kombu_ladder.contract import CONTROL
+from kombu_ladder.observe import lateness_seconds
 from kombu_ladder.relay import Relay
+from kombu_ladder.relay.publisher import Publisher
 
 
 @contextmanager
@@ -26,6 +30,20 @@ def running(backend: Any, conn: Any, **options: Any) -> Iterator[Relay]:
         thread.join(15)  # real time: the relay's loop wakes at least every second
         assert not thread.is_alive()
         relay.connection.release()
+
+
+def published_lateness(monkeypatch: Any) -> list[float]:
+    """How late each delivery is published from now on (relay clock minus due time; negative: early)."""
+    sent: list[float] = []
+    transmit = Publisher._transmit
+
+    def recording(self: Publisher, publish: Any) -> None:
+        if publish.kind == "deliver":
+            sent.append(lateness_seconds(publish.job.headers, self.clock()))
+        transmit(self, publish)
+
+    monkeypatch.setattr(Publisher, "_transmit", recording)
+    return sent
 
 
 def test_a_full_relay_falls_back_to_the_1s_rung_and_still_delivers_every_message(ladder_backend: Any) -> None:
@@ -63,3 +81,47 @@ def test_a_stopping_relay_gives_its_held_messages_back(ladder_backend: Any) -> N
         with running(ladder_backend, conn) as second:
             ladder_backend.wait_until(lambda: depth(conn, "t.hold.stop") == 3, 30, "the three delivered")
             assert second.counters.delivered == 3
+
+
+def test_over_its_byte_budget_a_relay_stops_taking_messages_and_delivers_every_one_never_early(
+        ladder_backend: Any, monkeypatch: Any, caplog: Any) -> None:
+    """16 bodies of 64 KiB due together, a budget of 256 KiB: three are held, the relay stops taking messages
+    (the rest wait in the control queue, none requeued), takes them again once the held ones are delivered."""
+    sent = published_lateness(monkeypatch)
+    caplog.set_level(logging.INFO, logger="kombu_ladder.relay")
+    clock = ladder_backend.clock
+    with ladder_backend.connection() as conn:
+        declare(conn)
+        declare_target(conn, "t.hold.bytes")
+        with running(ladder_backend, conn, hold_bytes=256 * 1024) as relay:
+            producer = LadderProducer(conn.default_channel, clock=clock)
+            for n in range(16):
+                producer.publish(bytes([n]) * 65536, routing_key="t.hold.bytes", countdown=4)
+            ladder_backend.wait_until(lambda: relay.counters.delivered == 16, 40, "16 deliveries confirmed")
+            assert depth(conn, "t.hold.bytes") == 16
+            assert len(sent) == 16 and min(sent) >= -0.001, f"a delivery published early: {sorted(sent)[:3]}"
+            logged = [r.getMessage() for r in caplog.records]
+            assert any("takes no new messages until held ones are delivered" in m for m in logged)
+            assert any("it takes new messages again" in m for m in logged)
+            assert relay.core.held.bytes == 0 and not relay.core.paused
+            assert relay.counters.parked == 0
+
+
+def test_a_burst_ten_times_the_hold_capacity_is_delivered_with_none_early(ladder_backend: Any,
+                                                                          monkeypatch: Any) -> None:
+    """300 messages due in one second, a hold capacity of 30: the relay holds what it can and the rest take
+    the 1 s rung or wait in the control queue: each delivery is published at or after its due time."""
+    sent = published_lateness(monkeypatch)
+    clock = ladder_backend.clock
+    with ladder_backend.connection() as conn:
+        declare(conn)
+        declare_target(conn, "t.hold.burst")
+        with running(ladder_backend, conn, hold_capacity=30) as relay:
+            producer = LadderProducer(conn.default_channel, clock=clock)
+            due = clock() + 6.0
+            for n in range(300):
+                producer.publish(b"%d" % n, routing_key="t.hold.burst", countdown=due + n / 300 - clock())
+            ladder_backend.wait_until(lambda: relay.counters.delivered == 300, 60, "300 deliveries confirmed")
+            assert depth(conn, "t.hold.burst") == 300
+            assert len(sent) == 300 and min(sent) >= -0.001, f"a delivery published early: {sorted(sent)[:3]}"
+            assert relay.counters.hops > 0, "more than the capacity: some took a rung"

@@ -16,22 +16,24 @@ from typing import Any, Callable
 
 import hostile_corpus as corpus
 import pytest
-from helpers import depth_on, wait_for
+from helpers import broker_release, depth_on, wait_for
 from kombu import Connection
 
 from kombu_ladder import Relay, declare
 from kombu_ladder.contract import CONTROL
+from kombu_ladder.pytest_plugin import simulated_rabbitmq
 from kombu_ladder.simulator import SimulatedBroker
 
 #: How long (seconds; virtual on the simulator) the relay may take over the whole corpus.
 DEADLINE = 60
 
 
-def run_corpus(channel: Any, now_ms: int, wait: Callable[[Callable[[], Any], str], Any]) -> list[corpus.Case]:
+def run_corpus(channel: Any, now_ms: int, wait: Callable[[Callable[[], Any], str], Any],
+               release: tuple[int, ...]) -> list[corpus.Case]:
     """Declare the targets, put the interleaved corpus on the control queue, wait until every fate is sealed."""
     declare(channel)
     corpus.declare_targets(channel)
-    ordered, _ = corpus.interleaved(now_ms)
+    ordered, _ = corpus.interleaved(now_ms, release)
     for case in ordered:
         corpus.publish(channel, case)
     want = corpus.expected_depths(ordered)
@@ -82,7 +84,8 @@ def test_the_standalone_relay_survives_the_corpus_and_seals_every_fate(
     with Connection(corpus_url) as conn:
         channel = conn.channel()
         ordered = run_corpus(channel, int(time.time() * 1000),
-                             lambda cond, what: wait_for(cond, DEADLINE, interval=0.1, message=what))
+                             lambda cond, what: wait_for(cond, DEADLINE, interval=0.1, message=what),
+                             broker_release())
         wait_for(lambda: relay_on.core.outstanding == 0 and relay_on.counters.parked == len(
             [c for c in ordered if c.expect == "park"]), 10, message="the last confirms")
         reasons = corpus.check_outcomes(channel, ordered)
@@ -93,10 +96,11 @@ def test_the_standalone_relay_survives_the_corpus_and_seals_every_fate(
     no_raw_control_characters(caplog.records)
 
 
-def test_the_simulated_relay_survives_the_corpus_and_seals_every_fate(caplog: pytest.LogCaptureFixture) -> None:
-    broker = SimulatedBroker(expiry_lag=0.002)
+def test_the_simulated_relay_survives_the_corpus_and_seals_every_fate(caplog: pytest.LogCaptureFixture,
+                                                                       request: pytest.FixtureRequest) -> None:
+    broker = SimulatedBroker(expiry_lag=0.002, rabbitmq=simulated_rabbitmq(request.config))
     broker.set_permissions(write=corpus.WRITE_PERMISSION)
-    relay = broker.relay()
+    relay = broker.host(Relay())
     try:
         with broker.connection() as conn:
             channel = conn.channel()
@@ -107,7 +111,8 @@ def test_the_simulated_relay_survives_the_corpus_and_seals_every_fate(caplog: py
                     assert broker.now() < deadline, f"timed out (virtual) waiting for {what}"
                     broker.advance(0.1)
 
-            ordered = run_corpus(channel, broker.now_ms, wait)
+            release = tuple(int(part) for part in broker.profile.name.split("."))
+            ordered = run_corpus(channel, broker.now_ms, wait, release)
             reasons = corpus.check_outcomes(channel, ordered)
         assert relay.core.outstanding == 0
         assert relay.counters.as_dict() == expected_counters(ordered, reasons, relay.counters.received)

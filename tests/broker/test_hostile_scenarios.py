@@ -46,7 +46,7 @@ def held(runner: Any) -> list[Any]:
     """The jobs the relay has not finished (read from the test's thread: retried if they change meanwhile)."""
     for _ in range(100):
         try:
-            return list(runner.core.pending.waiting())
+            return list(runner.core.publisher.pending.waiting())
         except RuntimeError:  # mutated while we looked
             continue
     raise AssertionError("the relay's jobs kept changing")
@@ -65,7 +65,7 @@ def relay(ladder_backend: Any) -> Iterator[tuple[Any, Any, Any]]:
         purge(conn, *corpus.TARGET_QUEUES, "hostile.gone.q", PARKING)
         corpus.declare_targets(channel)
         if ladder_backend.name == "simulator":
-            yield ladder_backend, ladder_backend.broker.relay(), channel
+            yield ladder_backend, ladder_backend.broker.host(Relay()), channel
             return
         relay = Relay(conn.clone(), clock=ladder_backend.clock)
         thread = threading.Thread(target=relay.run, daemon=True)
@@ -108,7 +108,7 @@ def test_a_park_the_broker_refuses_is_not_acked_and_succeeds_once_parking_works_
     assert job.body == b"unparkable for now" and runner.counters.parked == 0
     channel.queue_delete(queue=PARKING)  # the operator repairs the parking queue
     declare(channel)
-    backend.wait_until(lambda: runner.counters.parked == 1 and not runner.core.pending.jobs, 30,
+    backend.wait_until(lambda: runner.counters.parked == 1 and not runner.core.publisher.pending.jobs, 30,
                        "the park tried again after its back-off")
     assert bodies(channel, PARKING) == Counter([b"unparkable for now"])
     assert depth_on(channel, CONTROL) == 0
@@ -220,26 +220,26 @@ def test_a_close_nobody_can_attribute_is_resolved_by_sending_one_at_a_time(
 
     monkeypatch.setattr(type(broker), "_check_publish", refuse_poison)
     channel.exchange_declare("hostile.poison", "fanout", durable=True, auto_delete=False)
-    relay = broker.relay()
+    relay = broker.host(Relay())
     now = broker.now_ms
     for n in range(AROUND):
         corpus.publish(channel, corpus.valid(n, now))
     corpus.publish(channel, to("hostile.poison", b"poison", now))
     for n in range(AROUND, 2 * AROUND):
         corpus.publish(channel, corpus.valid(n, now))
-    backend.wait_until(lambda: relay.counters.parked == 1 and not relay.core.pending.jobs, 30,
+    backend.wait_until(lambda: relay.counters.parked == 1 and not relay.core.publisher.pending.jobs, 30,
                        "the poison parked, everything acked")
     got = bodies(channel, corpus.VALID_QUEUE)
     assert set(got) == {b"valid-%d" % n for n in range(2 * AROUND)} and max(got.values()) <= 2
     assert bodies(channel, PARKING) == Counter([b"poison"])
-    assert relay.core._careful is None, "back to pipelining once the suspects are cleared"
+    assert relay.core.publisher._careful is None, "back to pipelining once the suspects are cleared"
 
 
 def test_a_message_over_max_message_size_is_never_lost(simulated: tuple[SimulatorBackend, Any]) -> None:
     """Over RabbitMQ's max_message_size it can be neither delivered nor parked: it stays unacked, backing off."""
     backend, channel = simulated
     broker = backend.broker
-    relay = broker.relay()
+    relay = broker.host(Relay())
     now = broker.now_ms
     corpus.publish(channel, corpus.valid(0, now))
     big = corpus.Case("big", corpus.valid(1, now).raw, b"B" * 5000, "")
@@ -250,7 +250,7 @@ def test_a_message_over_max_message_size_is_never_lost(simulated: tuple[Simulato
     backend.wait_until(lambda: held(relay) and held(relay)[0].attempts >= 3, 60, "the big one backing off")
     assert relay.counters.parked == 0 and bodies(channel, corpus.VALID_QUEUE) == Counter([b"valid-0", b"valid-2"])
     broker.max_message_size = 128 * 1024 * 1024  # the operator raises the limit
-    backend.wait_until(lambda: not relay.core.pending.jobs, 120, "the big one parked at last")
+    backend.wait_until(lambda: not relay.core.publisher.pending.jobs, 120, "the big one parked at last")
     [(raw, body)] = corpus.take_raw(channel, PARKING)
     assert body == big.body
     assert "message size 5000" in corpus.decoded(raw)["application_headers"]["x-ladder-parked-reason"]
@@ -301,7 +301,7 @@ def test_properties_that_fill_a_frame_never_close_the_connection(simulated: tupl
     and RabbitMQ closes the whole connection on a bigger one. The message stays unacked, never lost;
     one that can be delivered (its schedule headers removed) is delivered."""
     backend, channel = simulated
-    relay = backend.broker.relay()
+    relay = backend.broker.host(Relay())
     now = backend.broker.now_ms
     pad = 131072 - 20 - 40
     fat_bad = corpus.Case("fat", corpus.properties([(b"pad", corpus.text("p" * pad))]), b"fat malformed", "")

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from amqp.channel import Channel as AmqpChannel
-from helpers import wait_for
+from helpers import extra_requirement, wait_for
 from kombu import Connection, Queue
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -113,7 +113,9 @@ def test_the_exposition_reads_the_counters_as_they_are_now() -> None:
 
     counters = Counters()
     registry = CollectorRegistry()
-    registry.register(LadderCollector(counters, FixedSampler(), extra=lambda: {"scheduled": 9}))
+    enforcing = [True]
+    registry.register(LadderCollector(counters, FixedSampler(), extra=lambda: {"scheduled": 9},
+                                      enforcing=lambda: enforcing[0]))
     counters.received = 4
     counters.hops = 3
     counters.count_delivered(-0.3)
@@ -136,16 +138,24 @@ def test_the_exposition_reads_the_counters_as_they_are_now() -> None:
     queues = {dict(labels)["queue"]: v for (name, labels), v in got.items() if name == "ladder_queue_messages"}
     assert queues == {q: 7 for q in LADDER_QUEUES if q != "acemq.schedule.parked"}  # a missing queue: no gauge
     assert got[("ladder_queue_sampled_timestamp_seconds", ())] == 1234.5
+    assert got[("ladder_cancellations_enforced", ())] == 1
+    enforcing[0] = False
+    assert samples(generate_latest(registry).decode())[("ladder_cancellations_enforced", ())] == 0
 
 
 def test_every_declared_metric_name_is_exported() -> None:
     from prometheus_client import CollectorRegistry
 
     registry = CollectorRegistry()
-    registry.register(LadderCollector(Counters(), FixedSampler()))
+    registry.register(LadderCollector(Counters(), FixedSampler(), enforcing=lambda: True))
     exported = {s.name for f in text_string_to_metric_families(generate_latest(registry).decode()) for s in f.samples}
     for name in METRIC_NAMES:
         assert name in exported or f"{name}_bucket" in exported, name
+    # And the other way: every family a relay serves is declared (a dashboard and the docs' table rely on it).
+    full = CollectorRegistry()
+    full.register(LadderCollector(Counters(), FixedSampler(), enforcing=lambda: True))
+    families = {f.name + ("_total" if f.type == "counter" else "") for f in full.collect()}
+    assert families == set(METRIC_NAMES)
 
 
 @pytest.mark.process
@@ -287,7 +297,8 @@ def test_without_prometheus_client_the_relay_says_what_to_install() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
     assert done.stderr.strip() == ('Error: the ladder\'s metrics need prometheus-client: '
-                                   'pip install "kombu-ladder[prometheus]"')
+                                   'pip install "prometheus-client>=0.17,<1" (kombu-ladder\'s prometheus extra)')
+    assert extra_requirement("prometheus") in done.stderr
     # And kombu_ladder itself works without it.
     plain = subprocess.run([sys.executable, "-c", "import sys; sys.modules['prometheus_client'] = None\n"
                             "import kombu_ladder, kombu_ladder.cli, kombu_ladder.relay"],

@@ -2,20 +2,37 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 from typing import Any
 
 import pytest
+from helpers import drain, temporary_vhost, vhost_url, wait_for
 from helpers import queue_depth as depth
-from helpers import vhost_url, wait_for
 from kombu import Connection, Exchange, Queue
 
-from kombu_ladder import LadderProducer, Relay
-from kombu_ladder.contract import CONTROL, DUE_AT, PARKED_REASON, PARKING, TARGET_EXCHANGE, TARGET_ROUTING_KEY
+from kombu_ladder import LadderProducer, Relay, cancel
+from kombu_ladder.contract import (
+    CONTROL,
+    DUE_AT,
+    PARKED_REASON,
+    PARKING,
+    TARGET_EXCHANGE,
+    TARGET_ROUTING_KEY,
+    rung_names,
+)
 from kombu_ladder.migrate import move
 
 pytestmark = pytest.mark.broker
+
+
+def kombu_ladder(*args: str) -> subprocess.CompletedProcess[str]:
+    """``kombu-ladder ARGS`` in a process of its own, as an operator runs it (its own logging set-up)."""
+    return subprocess.run([sys.executable, "-m", "kombu_ladder", *args], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ))
 
 
 def fill_blue(blue: Connection) -> dict[str, int]:
@@ -111,14 +128,47 @@ def test_kombu_ladder_move_subcommand(
 ) -> None:
     from kombu_ladder.cli import main as cli
 
-    LadderProducer(connection.default_channel).publish("y", exchange="", routing_key="q", countdown=30)
+    LadderProducer(connection.default_channel).publish("y", exchange="", routing_key="q", countdown=30,
+                                                       message_id="moved-1")
     wait_for(lambda: depth(connection, "acemq.schedule.10s") == 1, 10, message="the publish to arrive")
     green = vhost_url(fresh_vhost)
-    assert cli(["--broker", broker_url, "move", "--to", green]) == 0
-    assert "moved 1 message(s)" in capsys.readouterr().out
+    done = kombu_ladder("--broker", broker_url, "move", "--to", green)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].split() == ["queue", "moved"], "the table has a header, as status's has"
+    assert lines[1:] == [f"{name:<26} {count:>9}" for name, count in
+                         [(n, 1 if n == "acemq.schedule.10s" else 0) for n in
+                          (*rung_names(), CONTROL, PARKING)]] + ["moved 1 message(s)"]
+    assert done.stderr == "", "the result is printed once: no INFO log line repeats it on stderr"
     assert depth(connection, "acemq.schedule.10s") == 0
     with Connection(green) as conn:
         assert depth(conn, CONTROL) == 1
+    # No relay runs on green yet: the message waits in green's acemq.schedule.due, and find sees it there.
+    found = kombu_ladder("--broker", green, "find", "moved-1")
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.splitlines()[0] == f"{CONTROL}: message 1 of 1"
     assert cli(["move", "--broker", broker_url, "--to", "amqp://guest:guest@127.0.0.1:1//"]) == 69
     assert capsys.readouterr().err.startswith(
         "Error: Could not connect to the message broker at amqp://guest:**@127.0.0.1:1//.")
+
+
+def test_move_carries_cancellations_and_green_never_delivers_a_message_blue_cancelled(
+    rabbit_vhost: str, fresh_vhost: str,
+) -> None:
+    """Cancel on blue, move to green: the cancelled message is dropped by the move, its sibling moved."""
+    with temporary_vhost(f"{rabbit_vhost}-blue-{os.getpid()}") as blue_vhost, \
+            Connection(vhost_url(blue_vhost)) as blue, Connection(vhost_url(fresh_vhost)) as green:
+        blue.default_channel.queue_declare("moved-cancel", durable=True, auto_delete=False)
+        producer = LadderProducer(blue.default_channel)
+        for message_id in ("mv-doomed", "mv-kept"):
+            producer.publish(message_id.encode(), routing_key="moved-cancel", countdown=7200, message_id=message_id)
+        producer.publish(b"task", routing_key="moved-cancel", countdown=7200, correlation_id="mv-task",
+                         headers={"task": "proj.add", "id": "mv-task"})
+        cancel(blue, "mv-doomed")
+        cancel(blue, "mv-task")
+        wait_for(lambda: depth(blue, "acemq.schedule.1h") == 3, 10, message="the publishes to arrive")
+        result = move(blue, green)
+        assert (result.moved["acemq.schedule.1h"], result.cancelled["acemq.schedule.1h"]) == (1, 2)
+        assert depth(blue, "acemq.schedule.1h") == 0
+        moved = drain(green, CONTROL)
+        assert [m.properties.get("message_id") for m in moved] == ["mv-kept"]

@@ -15,9 +15,9 @@ from kombu import Connection
 from kombu_ladder import LadderProducer, declare
 from kombu_ladder.contract import CONTROL, PARKING, rung_name, rung_names
 from kombu_ladder.depths import QueueDepth
-from kombu_ladder.due import due_bounds, due_window
 from kombu_ladder.health import queue_findings
 from kombu_ladder.peek import find, peek
+from kombu_ladder.plan import due_bounds, due_window
 from kombu_ladder.relay import Relay
 
 
@@ -103,9 +103,13 @@ def test_check_fails_without_a_relay_and_passes_with_one(fresh_vhost: str, relay
     relay_in(url)
     ok = run(url, "check")
     assert ok.returncode == 0, ok.stderr
-    assert ok.stdout == "ok: topology as the contract says; 1 relay(s) consuming; backlog 0 (under 1000)\n"
+    assert ok.stdout == ("ok: topology as the contract says; 1 relay(s) consuming; backlog 0 (under 1000); "
+                         "ladder.cancellations is the cancellation stream; the exchange ladder.cancellations is not "
+                         "declared, so a canceller with only its own rights cannot cancel (run 'kombu-ladder "
+                         "declare')\n")
     report = json.loads(run(url, "check", "--json").stdout)
-    assert report["ok"] is True and [c["check"] for c in report["checks"]] == ["topology", "relays", "backlog"]
+    assert report["ok"] is True and [c["check"] for c in report["checks"]] == ["topology", "relays", "backlog",
+                                                                              "cancellations"]
 
 
 @pytest.mark.broker
@@ -168,9 +172,9 @@ def test_find_shows_the_rung_and_due_time_and_leaves_the_queue_as_it_was(fresh_v
         assert [(s.queue, s.position) for s in result.found] == [(rung, 8)] and not result.truncated
         missing = run(url, "find", "nope", "--limit", "10")
         assert missing.returncode == 1
-        assert missing.stderr == ("Error: no waiting message has the id 'nope': looked at 10 message(s) in the rungs "
-                                  "and acemq.schedule.parked (stopped at --limit 10); it may be delivered already, "
-                                  "or on its way between two queues\n")
+        assert missing.stderr == ("Error: no waiting message has the id 'nope': looked at 10 message(s) in the rungs, "
+                                  "acemq.schedule.due and acemq.schedule.parked (stopped at --limit 10); it may be "
+                                  "delivered already, or at a relay on its way to its next queue\n")
         assert drain_ids(conn, rung) == published, "every message is back, in its order"
 
 

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import re
 import socket
+import struct
 import uuid
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 import pytest
 from amqp.exceptions import PreconditionFailed
-from backends import get
+from backends import depth, get
+from helpers import list_queues
 from kombu import Connection, Exchange, Producer, Queue
+
+from kombu_ladder import link, wire
 
 
 def _names(*parts: str) -> list[str]:
@@ -30,7 +35,8 @@ def _drain(conn: Connection) -> None:
         pass
 
 
-def test_dead_lettering_writes_x_death_as_rabbitmq_3_10_does(ladder_backend: Any) -> None:
+def test_dead_lettering_writes_x_death_as_the_release_does(ladder_backend: Any) -> None:
+    """3.10 writes ``x-death`` and ``x-first-death-*``; 4.x also ``x-last-death-*`` (measured on 4.0.5)."""
     src, dlx, q1, q2, q3 = _names("src", "dlx", "q1", "q2", "q3")
     with ladder_backend.connection() as conn:
         channel = conn.default_channel
@@ -56,8 +62,11 @@ def test_dead_lettering_writes_x_death_as_rabbitmq_3_10_does(ladder_backend: Any
         {"count": 1, "exchange": src, "original-expiration": "100", "queue": q1, "reason": "expired",
          "routing-keys": ["a.b"]},
     ]
+    last = ({"x-last-death-exchange": dlx, "x-last-death-queue": q2, "x-last-death-reason": "expired"}
+            if ladder_backend.release >= (4, 0) else {})
     assert headers == {"h": 1, "big": 2**40, "f": 1.5, "b": "xy", "l": [1, "a"],
-                       "x-first-death-exchange": src, "x-first-death-queue": q1, "x-first-death-reason": "expired"}
+                       "x-first-death-exchange": src, "x-first-death-queue": q1, "x-first-death-reason": "expired",
+                       **last}
     assert "expiration" not in message.properties
     assert (message.properties["priority"], message.properties["correlation_id"]) == (3, "cid")
     assert (message.delivery_info["exchange"], message.delivery_info["routing_key"]) == (dlx, "to3")
@@ -109,7 +118,7 @@ def test_per_message_ttl_expires_only_at_the_head_of_the_queue(ladder_backend: A
 
 def test_inequivalent_redeclaration_fails_with_rabbitmqs_text(ladder_backend: Any) -> None:
     if getattr(getattr(ladder_backend, "broker", None), "profile", None) is not None \
-            and ladder_backend.broker.profile.name != "3.10":
+            and not ladder_backend.broker.profile.transient_nonexclusive:
         pytest.skip("RabbitMQ 3.10's texts; 4.3 refuses the durable=False case before comparing "
                     "(tests/sim/test_simulator_profiles.py)")
     queue, exchange = _names("q", "x")
@@ -183,3 +192,84 @@ def test_requeued_message_goes_back_to_its_place_marked_redelivered(ladder_backe
         with pytest.raises(PreconditionFailed, match="unknown delivery tag"):
             channel.basic_ack(99)
             channel.queue_declare(queue=queue, passive=True)  # RabbitMQ reports it on the next call
+
+
+def test_a_transaction_publishes_and_acks_together_at_commit_and_not_at_all_if_the_channel_closes(
+        ladder_backend: Any) -> None:
+    """What adoption relies on (issue 23): a copy and the ack of its original in one transaction."""
+    source, target = _names("src", "dst")
+    with ladder_backend.connection() as conn:
+        setup = conn.default_channel
+        for name in (source, target):
+            Queue(name, durable=True)(setup).declare()
+        for body in (b"1", b"2"):
+            Producer(setup).publish(body, routing_key=source)
+        for commit in (False, True):
+            channel = conn.channel()
+            channel.tx_select()
+            original = ladder_backend.wait_until(partial(channel.basic_get, source, no_ack=False), 10, "a message")
+            assert (original.body, original.delivery_info["redelivered"]) == (b"1", commit)
+            Producer(channel).publish(b"copy of " + original.body, routing_key=target)
+            channel.basic_ack(original.delivery_info["delivery_tag"])
+            assert depth(conn, target) == 0, "nothing is published before the commit"
+            if commit:
+                channel.tx_commit()
+            channel.close()  # without a commit: the publish is dropped and the original given back
+        assert [m.body for m in iter(lambda: get(conn, target), None)] == [b"copy of 1"]
+        assert [m.body for m in iter(lambda: get(conn, source), None)] == [b"2"]
+        channel = conn.channel()
+        channel.confirm_select()
+        with pytest.raises(PreconditionFailed, match="cannot switch from confirm to tx mode"):
+            channel.tx_select()
+
+
+def _watched(channel: Any) -> Any:
+    """The relay's guard on ``channel``: content properties kept as the bytes that arrived."""
+    guard = link.link_for(channel).guard
+    guard.watch(channel, lambda *close: None)
+    return guard
+
+
+#: Headers whose encoding RabbitMQ 4.x changes: names out of order, a repeated name, 64-bit integers
+#: as py-amqp writes them (``L``), at the top and nested.
+_TABLE = [(b"zz", b"L" + struct.pack(">q", -3)), (b"aa", b"A" + struct.pack(">I", 9) + b"L" + struct.pack(">q", 5)),
+          (b"zz", b"S" + struct.pack(">I", 3) + b"dup"), (b"mm", b"I" + struct.pack(">i", 1))]
+
+
+def test_returns_and_deliveries_carry_the_properties_as_the_release_encodes_them(ladder_backend: Any) -> None:
+    """3.10 hands back the bytes as published; 4.x re-encodes the header table (``wire.normal_form``)."""
+    (exchange, queue) = _names("x", "q")
+    raw = wire.write_properties(wire.Properties(fields={"delivery_mode": 2, "message_id": b"m"}, headers=_TABLE))
+    expected = raw if ladder_backend.release < (4, 0) else wire.normal_form(raw)
+    assert expected is not None
+    with ladder_backend.connection() as conn:
+        channel = conn.channel()
+        Exchange(exchange, "direct", durable=True)(channel).declare()
+        Queue(queue, Exchange(exchange, "direct"), routing_key="here", durable=True)(channel).declare()
+        guard = _watched(channel)
+        returned: list[bytes] = []
+        channel.events["basic_return"].add(lambda *args: returned.append(guard.take(channel) or b""))
+        for routing_key in ("nowhere", "here"):
+            link.publish(channel, link.RawMessage(b"body", raw), exchange, routing_key)
+        ladder_backend.wait_until(lambda: _drain(conn) or returned, 10, "the return")
+        delivered: list[bytes] = []
+        channel.basic_consume(queue, callback=lambda message: delivered.append(guard.take(channel) or b""))
+        ladder_backend.wait_until(lambda: _drain(conn) or delivered, 10, "the delivery")
+    assert returned == [expected]
+    assert delivered == [expected]
+
+
+def test_queue_arguments_read_back_as_the_release_reports_them(ladder_backend: Any, request: Any) -> None:
+    """4.x names ``x-queue-type`` on every queue read back, a classic one declared without it too."""
+    (queue,) = _names("q")
+    arguments = {"x-message-ttl": 1000, "x-dead-letter-exchange": "dlx", "x-dead-letter-routing-key": "k"}
+    with ladder_backend.connection() as conn:
+        Queue(queue, durable=True, queue_arguments=arguments)(conn.default_channel).declare()
+        if ladder_backend.name == "simulator":
+            read = ladder_backend.broker.queue_arguments(queue)
+        else:
+            read = list_queues(request.getfixturevalue("rabbit_vhost"), as_declared=False)[queue]["arguments"]
+        # A declaration with exactly the arguments that were given stays equivalent on every release.
+        Queue(queue, durable=True, queue_arguments=arguments)(conn.default_channel).declare()
+    extra = {"x-queue-type": "classic"} if ladder_backend.release >= (4, 0) else {}
+    assert read == {**arguments, **extra}

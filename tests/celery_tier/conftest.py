@@ -27,8 +27,17 @@ def celery_overrides() -> dict[str, Any]:
 
 
 @pytest.fixture
-def celery_app(broker_url: str, connection: Connection, celery_overrides: dict[str, Any]) -> Iterator[Any]:
-    """A Celery app on the session vhost with the ladder installed; replaces celery.contrib.pytest's."""
+def ladder_mode() -> str:
+    """``"ladder"``: ``celery_app`` has the ladder installed; a module contrasting vanilla Celery
+    parametrizes it with ``"vanilla"`` too."""
+    return "ladder"
+
+
+@pytest.fixture
+def celery_app(broker_url: str, connection: Connection, celery_overrides: dict[str, Any],
+               ladder_mode: str) -> Iterator[Any]:
+    """A Celery app on the session vhost with the ladder installed (unless ``ladder_mode`` is
+    ``"vanilla"``); replaces celery.contrib.pytest's."""
     purge_queues(broker_url)
     # Celery 5.3 and 5.4: an embedded worker reuses kombu's process-wide event loop, and with it
     # the timer of the first worker the process started, which stops with that worker; a later
@@ -37,7 +46,8 @@ def celery_app(broker_url: str, connection: Connection, celery_overrides: dict[s
     set_event_loop(None)
     config = {"broker_url": broker_url, "broker_connection_retry_on_startup": True, **celery_overrides}
     app = TestApp(set_as_current=False, config=config)
-    celery_ladder.install(app)
+    if ladder_mode == "ladder":
+        celery_ladder.install(app)
     app.recorder = Recorder()
     register_tasks(app)
     with setup_default_app(app):

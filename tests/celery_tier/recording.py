@@ -80,6 +80,16 @@ def register_tasks(app: Any) -> None:
             raise self.retry(countdown=1)
         return self.request.retries
 
+    @app.task(bind=True, name="t.add", shared=False)
+    def add(self: Any, x: int, y: int) -> int:
+        _record(self, f"add {x} {y}")
+        return x + y
+
+    @app.task(bind=True, name="t.total", shared=False)
+    def total(self: Any, numbers: list[int]) -> int:
+        _record(self, "total")
+        return sum(numbers)
+
     @app.task(bind=True, name="t.backoff", shared=False, autoretry_for=(ValueError,), retry_backoff=1,
               retry_jitter=False, max_retries=2)
     def backoff(self: Any, label: str) -> int:

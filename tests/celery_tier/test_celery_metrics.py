@@ -8,12 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import purge_ladder, wait_for
+from helpers import celery_ladder_cli, purge_ladder, vhost_url, wait_for
 from kombu import Connection
 from prometheus_client.parser import text_string_to_metric_families
 
 import celery_ladder
 from celery_ladder.settings import LadderSettings
+from kombu_ladder.cancellation.records import STREAM
 from kombu_ladder.depths import LADDER_QUEUES
 from kombu_ladder.metrics import METRIC_NAMES
 
@@ -61,6 +62,7 @@ def test_a_pool_ladder_worker_serves_the_metrics(broker_url: str, monkeypatch: p
         for name in METRIC_NAMES:
             assert name in names or f"{name}_bucket" in names, name
         assert ("ladder_scheduled_total", ()) in before
+        assert before[("ladder_cancellations_enforced", ())] == 1
         assert {dict(labels)["queue"] for name, labels in before if name == "ladder_queue_messages"} == \
             set(LADDER_QUEUES)
         when = publisher.tasks["poolapp.when"]
@@ -78,6 +80,35 @@ def test_a_pool_ladder_worker_serves_the_metrics(broker_url: str, monkeypatch: p
         publisher.close()
     assert code == 0, worker.output()
     assert "Traceback" not in worker.output()
+
+
+@pytest.mark.broker
+@pytest.mark.celery
+def test_a_worker_whose_relay_cannot_read_the_stream_says_so_in_its_metric_and_status(
+        fresh_vhost: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """ladder.cancellations declared first as a classic queue: the worker relays, unenforced, and says so."""
+    url = vhost_url(fresh_vhost)
+    with Connection(url) as conn:
+        conn.default_channel.queue_declare(STREAM, durable=True, auto_delete=False)
+    port = free_port()
+    monkeypatch.setenv("LADDER_POOL_METRICS_PORT", str(port))
+    worker = Worker(url, tmp_path)
+    try:
+        def served() -> dict[Any, float]:
+            assert worker.proc.poll() is None, worker.output()
+            return scrape(f"http://127.0.0.1:{port}/metrics")
+
+        assert wait_for(served, 60, interval=0.2, message="the worker's /metrics")[
+            ("ladder_cancellations_enforced", ())] == 0
+        status = celery_ladder_cli(url, "status", "--timeout", "5")
+        assert status.returncode == 0, status.stderr
+        assert "cancellations: PROBLEM: ladder.cancellations is not the cancellation stream" in status.stdout
+        row = next(line for line in status.stdout.splitlines() if line.startswith(worker.hostname))
+        assert row.split()[1:3] == ["yes", "NO"], status.stdout
+        assert f"the relay of {worker.hostname} does NOT enforce cancellations" in status.stdout
+    finally:
+        code = worker.stop()
+    assert code == 0, worker.output()
 
 
 @pytest.mark.parametrize("given,expected", [(None, None), (9808, 9808), ("9808", 9808), (0, 0)])

@@ -120,6 +120,39 @@ def test_pool_ladder_with_concurrency_and_queues_runs_delayed_tasks_on_time(publ
     assert banner is not None and banner.group(1).strip() == "2 (ladder)", pool_worker.output()[:2000]
 
 
+def test_a_task_run_now_from_the_1h_rung_and_one_rescheduled_5s_later_run_once_on_time(
+    broker_url: str, publisher: Any, pool_worker: Worker,
+) -> None:
+    """``celery ladder run-now`` and ``reschedule``: the task keeps its id and queue, and runs once, at its new
+    time (its eta moved with it: the worker waits for the eta, not the old one)."""
+    when = publisher.tasks["poolapp.when"]
+    now_task = when.apply_async(countdown=2 * 3600, queue=POOL_QUEUE)
+    later_task = when.apply_async(countdown=2 * 3600, queue=POOL_QUEUE)
+    started = time.time()
+    done = celery_cli(broker_url, "ladder", "run-now", now_task.id)
+    finished = time.time()  # the move is committed before the command exits
+    assert done.returncode == 0, done.stderr
+    got = now_task.get(timeout=20)
+    # Within a second of the command on a quiet machine; 1.5 s, as for this module's countdowns, under CI's load.
+    assert started <= got["at"] <= finished + 1.5, (got["at"] - started, finished - started)
+    assert got["routing_key"] == POOL_QUEUE
+    print(f"\nrun-now: ran {got['at'] - finished:+.3f} s after the command returned")
+    started = time.time()
+    done = celery_cli(broker_url, "ladder", "reschedule", later_task.id, "5")
+    finished = time.time()
+    assert done.returncode == 0, done.stderr
+    got = later_task.get(timeout=30)
+    assert started + 5.0 <= got["at"] <= finished + 5.0 + 1.5, (got["at"] - started, finished - started)
+    assert abs(maybe_iso8601(got["eta"]).timestamp() - got["at"]) < 1.5, "its eta is the new time"
+
+    def runs() -> list[str]:  # the worker writes its log line after the result reaches the backend
+        return [line for line in pool_worker.output().splitlines()
+                if "succeeded" in line and (now_task.id in line or later_task.id in line)]
+
+    wait_for(lambda: len(runs()) >= 2, 10, message="both runs in the worker's log")
+    assert len(runs()) == 2, runs()
+
+
 def test_inspect_ladder_reports_the_relay_counters(broker_url: str, publisher: Any, pool_worker: Worker) -> None:
     done = celery_cli(broker_url, "inspect", "ladder", "-d", pool_worker.hostname, "--json")
     assert done.returncode == 0, done.stderr

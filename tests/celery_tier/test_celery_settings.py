@@ -193,7 +193,7 @@ def test_the_relay_bootstep_declares_the_configured_profile(monkeypatch: pytest.
         declared.append(queue_type)
         raise TopologyConflict("acemq.schedule.1h", {}, "inequivalent arg 'x-overflow'", queue_type=queue_type)
 
-    monkeypatch.setattr("celery_ladder.bootstep.declare", declare)
+    monkeypatch.setattr("kombu_ladder.relay.driver.declare", declare)
 
     class Consumer:
         pass
@@ -204,3 +204,24 @@ def test_the_relay_bootstep_declares_the_configured_profile(monkeypatch: pytest.
     step = LadderRelay(c)
     step.start(c)
     assert declared == ["quorum"] and c.ladder_relay is None  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("given,expected", [(None, 64 * 1024 * 1024), (1048576, 1048576), (" 2097152 ", 2097152)])
+def test_ladder_hold_bytes_reaches_the_workers_relay(given: Any, expected: int) -> None:
+    app = celery_ladder.install(Celery("x", broker="memory://", set_as_current=False))
+    app.conf.ladder_hold_bytes = given
+
+    class Consumer:
+        pass
+
+    consumer = Consumer()
+    consumer.app = app  # type: ignore[attr-defined]
+    step = LadderRelay(consumer)
+    assert step.relay.options.hold_bytes == expected
+    assert step.relay.core.held.budget == expected
+
+
+@pytest.mark.parametrize("bad", [0, -1, "1 MiB", 1.5, True])
+def test_a_bad_ladder_hold_bytes_names_the_setting_when_the_worker_starts(bad: Any) -> None:
+    with pytest.raises(ValueError, match=r"ladder_hold_bytes \(CELERY_LADDER_HOLD_BYTES in Django settings\)"):
+        LadderSettings.from_conf({"ladder_hold_bytes": bad})

@@ -12,7 +12,7 @@ from typing import Any, Iterator
 import hostile_corpus as corpus
 import pytest
 from celery.utils.time import maybe_iso8601
-from helpers import depth_on, ladder_counters, wait_for
+from helpers import broker_release, depth_on, ladder_counters, wait_for
 from kombu import Connection
 
 import celery_ladder
@@ -54,7 +54,7 @@ def test_a_pool_ladder_worker_survives_the_corpus_and_runs_a_task_on_time_afterw
     with Connection(corpus_url) as conn:
         channel = conn.channel()
         corpus.declare_targets(channel)
-        ordered, _ = corpus.interleaved(int(publisher.now().timestamp() * 1000))
+        ordered, _ = corpus.interleaved(int(publisher.now().timestamp() * 1000), broker_release())
         for case in ordered:
             corpus.publish(channel, case)
         want = corpus.expected_depths(ordered)

@@ -74,8 +74,17 @@ class ClusterNode(NodeControl):
         wait_until(lambda: not self.reachable(), 30, f"{self.name} to die")
 
 
+#: LADDER_CLUSTER_KHEPRI=1: the cluster keeps its metadata in Khepri (RabbitMQ 4.x's ``khepri_db``
+#: feature flag) instead of Mnesia.
+KHEPRI = os.environ.get("LADDER_CLUSTER_KHEPRI", "") in ("1", "true", "yes")
+
+
 class Cluster:
     """Three nodes joined into one cluster; ``with Cluster() as cluster:`` boots it and tears it down."""
+
+    #: The nodes' RabbitMQ release and metadata store, once booted.
+    release = "unknown"
+    metadata_store = "mnesia"
 
     def __init__(self, size: int = 3) -> None:
         self.base = Path(tempfile.mkdtemp(prefix="ladder-cluster-"))
@@ -97,6 +106,12 @@ class Cluster:
                 node.ctl("start_app")
                 node.await_startup()
             wait_until(lambda: self.running() == {n.name for n in self.nodes}, 60, "all three nodes running")
+            if KHEPRI:
+                # RabbitMQ 4.0 ships Khepri as an experimental metadata store: once enabled on a
+                # cluster it cannot be disabled, so only a private cluster ever gets it.
+                first.ctl("enable_feature_flag", "--experimental", "khepri_db")
+            self.release = first.version()
+            self.metadata_store = "khepri" if KHEPRI else "mnesia"
         except BaseException:
             self.teardown()
             raise

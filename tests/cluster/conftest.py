@@ -23,6 +23,9 @@ MATRIX: list[dict[str, Any]] = []
 #: One row per relay-throughput run: queue_type, relays, messages, seconds, per_second.
 THROUGHPUT: list[dict[str, Any]] = []
 
+#: What the cluster ran: its release and metadata store (one line, printed with the matrix).
+BOOTED: list[str] = []
+
 
 def _unavailable(message: str) -> None:
     if IN_CI:
@@ -41,6 +44,7 @@ def cluster() -> Iterator[Cluster]:
     if os.geteuid() != 0 and pwd.getpwuid(os.geteuid()).pw_name != "rabbitmq":
         _unavailable("private RabbitMQ nodes can only be started as root or as the rabbitmq user")
     with Cluster() as booted:
+        BOOTED.append(f"broker: RabbitMQ {booted.release}, three nodes, metadata in {booted.metadata_store}")
         yield booted
 
 
@@ -67,7 +71,7 @@ def matrix_row(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
 
 
 def matrix_lines() -> list[str]:
-    lines = ["| profile | failure | lost | duplicated | time to resume |", "|---|---|---|---|---|"]
+    lines = [*BOOTED, "| profile | failure | lost | duplicated | time to resume |", "|---|---|---|---|---|"]
     for row in MATRIX:
         lines.append(f"| {row['profile']} | {row['failure']} | {row['lost']} | {row['duplicated']} | "
                      f"{row['resume_s']:.1f} s |")

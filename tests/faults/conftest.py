@@ -24,6 +24,8 @@ from .faultkit import NodeControl, Restartable, free_port
 FIGURES_DIR = Path(__file__).resolve().parents[2] / "build"
 
 _figures: list[dict[str, Any]] = []
+#: The private node's RabbitMQ release, once it booted (printed with the figures).
+_release: list[str] = []
 
 
 def _unavailable(message: str) -> None:
@@ -79,13 +81,9 @@ class PrivateNode(NodeControl):
         return vhost
 
 
-@pytest.fixture(scope="session")
-def private_node() -> Iterator[PrivateNode]:
-    """Boot a second RabbitMQ node on free ports for destructive tests; stop it at the end.
-
-    The shared broker at :5672 is never restarted or reconfigured: restarts,
-    ``stop_app`` and ``consumer_timeout`` changes all go to this node.
-    """
+def boot_private_node(prefix: str = "ladder-faults", config: str = "") -> PrivateNode:
+    """Boot a RabbitMQ node of our own on free ports (``config``: more ``rabbitmq.conf`` lines); the caller
+    stops it and removes its ``base``."""
     if shutil.which("rabbitmq-server") is None or shutil.which("rabbitmqctl") is None:
         _unavailable("rabbitmq-server is not installed")
     if not broker_reachable():
@@ -93,12 +91,12 @@ def private_node() -> Iterator[PrivateNode]:
         _unavailable("the shared RabbitMQ is not running, so no private node is started either")
     if os.geteuid() != 0 and pwd.getpwuid(os.geteuid()).pw_name != "rabbitmq":
         _unavailable("a private RabbitMQ node can only be started as root or as the rabbitmq user")
-    base = Path(tempfile.mkdtemp(prefix="ladder-faults-"))
-    name = f"ladder-faults-{os.getpid()}@localhost"
+    base = Path(tempfile.mkdtemp(prefix=f"{prefix}-"))
+    name = f"{prefix}-{os.getpid()}@localhost"
     port, dist_port = free_port(), free_port()
     (base / "enabled_plugins").write_text("[].\n")
     # Our own config file: the system one pins the listener to :5672.
-    (base / "rabbitmq.conf").write_text(f"listeners.tcp.local = 127.0.0.1:{port}\n")
+    (base / "rabbitmq.conf").write_text(f"listeners.tcp.local = 127.0.0.1:{port}\n{config}")
     if os.geteuid() == 0:
         for path in [base, *base.iterdir()]:
             shutil.chown(path, "rabbitmq", "rabbitmq")
@@ -114,12 +112,28 @@ def private_node() -> Iterator[PrivateNode]:
         RABBITMQ_PID_FILE=str(base / "node.pid"),
     )
     node = PrivateNode(name=name, port=port, dist_port=dist_port, base=base, env=env)
-    node.start()
+    try:
+        node.start()
+    except BaseException:
+        shutil.rmtree(base, ignore_errors=True)
+        raise
+    return node
+
+
+@pytest.fixture(scope="session")
+def private_node() -> Iterator[PrivateNode]:
+    """Boot a second RabbitMQ node on free ports for destructive tests; stop it at the end.
+
+    The shared broker at :5672 is never restarted or reconfigured: restarts,
+    ``stop_app`` and ``consumer_timeout`` changes all go to this node.
+    """
+    node = boot_private_node()
+    _release.append(node.version())
     try:
         yield node
     finally:
         node.stop()
-        shutil.rmtree(base, ignore_errors=True)
+        shutil.rmtree(node.base, ignore_errors=True)
 
 
 @pytest.fixture
@@ -192,7 +206,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         return
     FIGURES_DIR.mkdir(exist_ok=True)
     (FIGURES_DIR / "fault-figures.json").write_text(json.dumps(_figures, indent=2) + "\n")
-    lines = []
+    lines = [f"broker: RabbitMQ {', '.join(sorted(set(_release))) or 'unknown'} (private node)"]
     for entry in _figures:
         rest = ", ".join(f"{k}={v}" for k, v in entry.items() if k != "test")
         lines.append(f"{entry['test'].split('::')[-1]}: {rest}")

@@ -20,11 +20,13 @@ from urllib.parse import quote
 from helpers import drain, ladder_depth, rabbitmqctl, wait_until
 from kombu import Connection, Consumer, Queue
 
-from kombu_ladder import Scheduler
+from kombu_ladder import LadderProducer, Scheduler, declare
+from kombu_ladder.contract import CONTROL
 
 #: ``ladder_depth`` and ``wait_until`` live in tests/helpers.py; the fault tests import them from here too.
 __all__ = ["Collector", "NodeControl", "Restartable", "free_port", "WorkerProcess", "publish_numbered",
-           "random_delays", "ladder_depth", "run_figures", "take_figures", "wait_until"]
+           "random_delays", "ladder_depth", "control_counts", "run_figures", "take_figures", "wait_until",
+           "wait_delivered", "declare_ladder"]
 
 
 def free_port() -> int:
@@ -65,6 +67,10 @@ class NodeControl:
 
     def booted(self) -> None:
         """Called once :meth:`await_startup` saw the node up."""
+
+    def version(self) -> str:
+        """The node's RabbitMQ release (``rabbitmqctl version``)."""
+        return self.ctl("version").strip()
 
     def reachable(self) -> bool:
         try:
@@ -145,12 +151,56 @@ class Collector:
 
 
 def publish_numbered(url: str, count: int, delays: Callable[[int], float], *, queue: str,
-                     exchange: str = "") -> None:
-    """Schedule ``count`` messages ``{"n": i}`` for ``queue``, each confirmed by the broker."""
+                     exchange: str = "", pipelined: bool = False) -> None:
+    """Schedule ``count`` messages ``{"n": i}`` for ``queue``, each confirmed by the broker.
+
+    ``pipelined``: not confirmed one by one (2,000 took 27 s on a machine loaded by CI), but with one round
+    trip at the end, after which the broker has routed them all.
+    """
     with Connection(url) as conn:
+        if pipelined:
+            channel = conn.channel()
+            producer = LadderProducer(channel, serializer="json")
+            for n in range(count):
+                producer.publish({"n": n}, routing_key=queue, exchange=exchange, message_id=str(n),
+                                 countdown=delays(n))
+            channel.queue_declare(queue=queue, passive=True)
+            channel.close()
+            return
         with Scheduler.on(conn, relay=False, serializer="json") as scheduler:
             for n in range(count):
                 scheduler.in_(delays(n), {"n": n}, routing_key=queue, exchange=exchange, message_id=str(n))
+
+
+def declare_ladder(url: str, target: str) -> None:
+    """Declare the ladder and the durable target queue ``target`` on the broker at ``url``."""
+    with Connection(url) as conn:
+        declare(conn)
+        Queue(target, durable=True)(conn.default_channel).declare()
+
+
+def wait_delivered(collector: Collector, node: NodeControl, vhost: str, sent: int, timeout: float,
+                   log: Callable[[], str]) -> dict[str, int]:
+    """Wait until all ``sent`` messages have reached ``collector``, the ladder is empty and nothing has arrived
+    for 1.5 s (so late duplicates are counted too); return the collector's figures."""
+    def settled() -> bool:
+        return (collector.unique == sent and ladder_depth(node.ctl, vhost) == 0
+                and time.monotonic() - collector.last_at > 1.5)
+
+    wait_until(settled, timeout, "every message delivered and the ladder empty",
+               lambda: f"{collector.figures(sent)}\n{log()[-3000:]}")
+    return collector.figures(sent)
+
+
+def control_counts(node: NodeControl, vhost: str) -> tuple[int, int]:
+    """(ready, unacked) messages in the control queue."""
+    out = node.ctl("list_queues", "-p", vhost, "name", "messages_ready", "messages_unacknowledged",
+                   "--no-table-headers")
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == CONTROL:
+            return int(parts[1]), int(parts[2])
+    return 0, 0
 
 
 def random_delays(low: float, high: float, seed: int) -> Callable[[int], float]:
@@ -198,9 +248,10 @@ class WorkerProcess(Restartable):
     stop_timeout = 20.0
 
     def __init__(self, broker_url: str, workdir: Path, *, vanilla: bool = False, name: str = "w",
-                 allowed: Optional[list[str]] = None) -> None:
+                 allowed: Optional[list[str]] = None, exclusive_control: bool = False) -> None:
         self.broker_url = broker_url
         self.allowed = allowed
+        self.exclusive_control = exclusive_control
         self.workdir = workdir
         self.vanilla = vanilla
         self.name = name
@@ -217,6 +268,7 @@ class WorkerProcess(Restartable):
         env = dict(os.environ, LADDER_FAULT_BROKER=self.broker_url, LADDER_FAULT_RUNS=str(self.runs_file),
                    LADDER_FAULT_VANILLA="1" if self.vanilla else "0",
                    LADDER_FAULT_ALLOWED="" if self.allowed is None else json.dumps(self.allowed),
+                   LADDER_FAULT_EXCLUSIVE_CONTROL="1" if self.exclusive_control else "0",
                    PYTHONPATH=os.pathsep.join([str(Path(__file__).parent / "apps"), str(root)]))
         with open(self.log_path(self.starts), "wb") as log:
             self.proc = subprocess.Popen(

@@ -6,12 +6,9 @@ import time
 from typing import Any
 
 import pytest
-from kombu import Connection, Queue
-
-from kombu_ladder import declare
 
 from .conftest import PrivateNode, RelayProcess
-from .faultkit import Collector, ladder_depth, publish_numbered, random_delays, wait_until
+from .faultkit import Collector, declare_ladder, ladder_depth, publish_numbered, random_delays, wait_until
 
 pytestmark = pytest.mark.broker
 
@@ -25,9 +22,7 @@ def test_standalone_relay_reconnects_after_broker_restart(
     how: str, private_node: PrivateNode, fault_vhost: str, fault_url: str,
     relay_process: RelayProcess, report: dict[str, Any],
 ) -> None:
-    with Connection(fault_url) as conn:
-        declare(conn)
-        Queue(TARGET, durable=True)(conn.default_channel).declare()
+    declare_ladder(fault_url, TARGET)
     relay_process.start()
     with Collector(fault_url, TARGET) as collector:
         started = time.monotonic()

@@ -109,7 +109,7 @@ def test_connection_lost_before_confirm_is_not_acked(conn: Connection, fault_url
     consumer.consume()
     # The confirms never reach the relay, as when its connection dies between the
     # publish and the confirm: it publishes every expiry and must ack none of them.
-    core._publisher.events["basic_ack"].discard(core._on_ack)
+    core.publisher.channel.events["basic_ack"].discard(core.publisher._on_ack)
     wait_until(lambda: _drain(relay_conn) or core.counters.received == COUNT, 10, "every expiry received")
     wait_until(lambda: depth(conn, target) == COUNT, 10, "the republished copies to reach the target")
     assert core.outstanding == COUNT

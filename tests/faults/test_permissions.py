@@ -11,6 +11,7 @@ from helpers import queue_depth as depth
 from kombu import Connection, Exchange, Queue
 
 from kombu_ladder import LadderProducer
+from kombu_ladder.cli import main as kombu_ladder
 from kombu_ladder.contract import PARKING
 from kombu_ladder.parking import parked_reasons
 from kombu_ladder.permissions import operator, producer, relay
@@ -50,6 +51,8 @@ def test_minimal_permissions_are_enough(private_node: PrivateNode, fault_vhost: 
             exchange(admin.default_channel).declare()
             Queue(f"{name}.q", exchange, routing_key="invoice.due", durable=True)(admin.default_channel).declare()
 
+    # The operator declares the ladder: the producer may not (it configures nothing).
+    assert kombu_ladder(["--broker", private_node.url(fault_vhost, users["operator"], "secret"), "declare"]) == 0
     relay_process = RelayProcess(private_node.url(fault_vhost, users["relay"], "secret"), tmp_path,
                                  "--allow-exchange", BILLING)
     relay_process.start()
@@ -122,6 +125,7 @@ def test_a_producer_with_the_canceller_role_records_a_cancellation(private_node:
     from kombu_ladder.permissions import canceller, union
 
     user = f"ladder-canceller-{uuid.uuid4().hex[:6]}"
+    assert kombu_ladder(["--broker", private_node.url(fault_vhost), "declare"]) == 0  # the operator's part
     private_node.ctl("add_user", user, "secret")
     private_node.ctl("set_permissions", "-p", fault_vhost, user, *union(producer([BILLING]), canceller()).as_args())
     try:

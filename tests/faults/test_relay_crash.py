@@ -9,13 +9,11 @@ import time
 from typing import Any
 
 import pytest
-from kombu import Connection, Queue
 
-from kombu_ladder import declare
 from kombu_ladder.contract import PREFETCH
 
 from .conftest import PrivateNode, RelayProcess
-from .faultkit import Collector, ladder_depth, publish_numbered, random_delays, wait_until
+from .faultkit import Collector, declare_ladder, ladder_depth, publish_numbered, random_delays, wait_until
 
 pytestmark = pytest.mark.broker
 
@@ -28,9 +26,7 @@ def test_relay_killed_twice_loses_nothing(private_node: PrivateNode, fault_vhost
                                           relay_process: RelayProcess, report: dict[str, Any]) -> None:
     seed = int(os.environ.get("LADDER_FAULT_SEED", time.time()))
     rng = random.Random(seed)
-    with Connection(fault_url) as conn:
-        declare(conn)
-        Queue(TARGET, durable=True)(conn.default_channel).declare()
+    declare_ladder(fault_url, TARGET)
     relay_process.start()
     first = rng.uniform(3.0, 10.0)
     kills = [first, first + rng.uniform(4.0, 10.0)]  # while messages are still being sent, and after
@@ -60,5 +56,7 @@ def test_relay_killed_twice_loses_nothing(private_node: PrivateNode, fault_vhost
                   total_s=round(time.monotonic() - started, 1))
     assert result["lost"] == 0
     assert result["delivered"] == SENT
-    # Each kill can duplicate at most the unacked window: PREFETCH expiries.
-    assert result["duplicated"] <= len(kills) * PREFETCH, result
+    # Each kill can duplicate the publishes waiting for their confirms, at most the prefetch, and the messages
+    # whose acks were on their way (Guarantees, "Measured"): 2 x PREFETCH. Before that cap, 4.0 under CI
+    # load duplicated 397 in one run.
+    assert result["duplicated"] <= len(kills) * 2 * PREFETCH, result

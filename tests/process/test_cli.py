@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import celery_ladder_cli, list_consumers, wait_for
+from helpers import celery_ladder_cli, list_consumers, vhost_url, wait_for
 from kombu import Connection, Producer, Queue
 
 from kombu_ladder import Scheduler, declare
@@ -28,9 +28,9 @@ from kombu_ladder.contract import (
     TARGET_ROUTING_KEY,
     rung_names,
 )
-from kombu_ladder.plan import delay_seconds
+from kombu_ladder.plan import HOLD_BYTES, delay_seconds
+from kombu_ladder.relay.holder import GUESS_BYTES
 from kombu_ladder.simulator import SimulatedBroker
-from kombu_ladder.timing import HOLD_CAPACITY
 
 #: Each test runs a command line or a build in a process of its own (see setup.cfg's markers).
 pytestmark = pytest.mark.process
@@ -61,7 +61,7 @@ def one_line_error(done: subprocess.CompletedProcess[str], code: int) -> str:
 
 @pytest.mark.parametrize("given", [
     "amqp://guest:guest@localhost//", "amqps://u:p@rabbit:5671/prod", "pyamqp://", "AMQP://host//",
-    "ladder-sim://localhost/sim-1", "amqp://a//;amqp://b//",
+    "ladder-sim://localhost/sim-1", "amqp://a//;amqp://b//", "amqp", "pyamqp",
 ])
 def test_rabbitmq_and_simulator_urls_are_accepted(given: str) -> None:
     require_rabbitmq(given)
@@ -69,11 +69,19 @@ def test_rabbitmq_and_simulator_urls_are_accepted(given: str) -> None:
 
 @pytest.mark.parametrize("given,transport", [
     ("redis://localhost:6379/0", "redis"), ("memory://", "memory"), ("sqs://", "sqs"),
-    ("sqla+postgresql://db/x", "sqla"), ("amqp://a//;redis://b", "redis"), ("localhost", "localhost"),
+    ("sqla+postgresql://db/x", "sqla"), ("amqp://a//;redis://b", "redis"),
 ])
 def test_other_transports_are_refused_naming_them(given: str, transport: str) -> None:
     with pytest.raises(UnsupportedBroker, match=f"not {transport}://: it is built on RabbitMQ's queue TTLs"):
         require_rabbitmq(given)
+
+
+@pytest.mark.parametrize("given", ["notaurl", "localhost", "rabbit-1:5672"])
+def test_a_broker_that_is_no_url_is_named_as_such(given: str) -> None:
+    with pytest.raises(UnsupportedBroker) as raised:
+        require_rabbitmq(given)
+    assert str(raised.value).startswith(f"'{given}' is not a broker URL: ")
+    assert "amqp://guest:guest@localhost//" in str(raised.value) and f"{given}://" not in str(raised.value)
 
 
 @pytest.mark.parametrize("url", ["redis://localhost:6379/0", "memory://"])
@@ -101,7 +109,7 @@ def test_a_simulator_url_alone_makes_its_broker_in_a_fresh_process() -> None:
 
 def test_replay_with_a_negative_limit_is_a_usage_error() -> None:
     line = one_line_error(run("replay", "--limit", "-1", "--broker", UNREACHABLE), 2)
-    assert line == ("Error: Invalid value for '--limit': -1 is not in the range x>=1. "
+    assert line == ("Error: Invalid value for '--limit': -1 is not in the range 1<=x<=1000000000. "
                     "(see 'python -m kombu_ladder replay --help')")
 
 
@@ -112,6 +120,33 @@ def test_replay_with_a_negative_limit_is_a_usage_error() -> None:
 def test_bad_options_are_one_usage_line(args: list[str]) -> None:
     line = one_line_error(run(*args), 2)
     assert line.startswith("Error: ") and "--help')" in line
+
+
+@pytest.mark.parametrize("args,option", [
+    (["relay", "--hold-window", "nan"], "--hold-window"), (["relay", "--max-delay", "1e400"], "--max-delay"),
+    (["relay", "--max-delay", "nan"], "--max-delay"), (["relay", "--report-every", "nan"], "--report-every"),
+    (["relay", "--metrics-port", "0", "--metrics-interval", "nan"], "--metrics-interval"),
+])
+def test_a_number_no_option_can_take_is_one_line_in_a_process_of_its_own(args: list[str], option: str) -> None:
+    """The inputs that printed a traceback (or were taken silently), as a user types them; the full table of
+    every numeric option of both command lines is tests/unit/test_cli_options.py."""
+    line = one_line_error(run(*args, "--broker", UNREACHABLE), 2)
+    assert line.startswith(f"Error: Invalid value for '{option}': ") and "not a finite number" in line
+
+
+@pytest.mark.celery
+@pytest.mark.parametrize("value,shown", [("nan", "nan is not a finite number"),
+                                         ("1e9", "1e9 is not in the range 0<x<=600")])
+def test_celery_ladder_status_timeout_is_finite_and_bounded(value: str, shown: str) -> None:
+    line = one_line_error(celery_ladder_cli(UNREACHABLE, "status", "--timeout", value), 2)
+    assert line == f"Error: Invalid value for '--timeout': {shown}. (see 'python -m celery ladder status --help')"
+
+
+def test_version() -> None:
+    from kombu_ladder import __version__
+
+    done = run("--version")
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"kombu-ladder {__version__}\n", "")
 
 
 def test_help_describes_every_command_without_markup() -> None:
@@ -222,6 +257,25 @@ def test_status_prints_depths_and_consumers(connection: Connection, broker_url: 
     assert TALLY in done.stdout
 
 
+@pytest.mark.broker
+@pytest.mark.parametrize("args,printed,logged", [
+    (["cancel", "id-1", "id-2"], "recorded a cancellation for 2 id(s) in ladder.cancellations",
+     "recorded a cancellation for id 'id-1'"),
+    (["replay"], "replayed 0 parked message(s) to acemq.schedule.due; 0 left parked",
+     "replayed 0 parked message(s) to acemq.schedule.due"),
+])
+def test_a_command_prints_its_result_once(fresh_vhost: str, args: list[str], printed: str, logged: str) -> None:
+    """The result on stdout, and no INFO log line saying it again on stderr (unless --log-level INFO asks)."""
+    url = vhost_url(fresh_vhost)
+    done = cli(url, *args)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(printed) and done.stdout.count("\n") == 1, done.stdout
+    assert done.stderr == ""
+    loud = cli(url, "--log-level", "INFO", *args)
+    assert loud.returncode == 0 and loud.stdout == done.stdout
+    assert "INFO kombu_ladder" in loud.stderr and logged in loud.stderr, loud.stderr
+
+
 #: What both status commands print for the three parked messages above.
 TALLY = "why they are parked (the first 3):\n      2  unroutable: NO_ROUTE (a)\n      1  malformed: no due-at\n"
 
@@ -272,8 +326,10 @@ def test_relay_runs_relays_and_stops_cleanly(connection: Connection, broker_url:
         # consumer (rpc:// reply queue) in the shared session vhost.
         ladder = {*rung_names(), CONTROL, PARKING}
         assert [c for c in list_consumers(rabbit_vhost) if c["queue_name"] in ladder] == [
-            # the contract's 50 for hops, plus room for the messages it holds (kombu_ladder.timing)
-            {"queue_name": "acemq.schedule.due", "prefetch_count": 50 + HOLD_CAPACITY, "ack_required": True},
+            # the contract's 50 for hops, plus room for the messages it holds: before it has seen one, as
+            # many as its byte budget holds of 1 MiB messages (kombu_ladder.relay.holder.Holder.room)
+            {"queue_name": "acemq.schedule.due", "prefetch_count": 50 + HOLD_BYTES // GUESS_BYTES,
+             "ack_required": True},
         ]
         target = Queue("t.cli", durable=True).bind(connection.default_channel)
         target.declare()

@@ -21,12 +21,14 @@ import click
 import pytest
 from celery import Celery, concurrency
 from docs_blocks import Block, Command, blocks, commands_of, inline_commands, is_excerpt
-from helpers import list_queues, queue_depth, temporary_vhost, vhost_url, wait_for
+from figures import differences
+from helpers import ladder_counters, list_queues, queue_depth, temporary_vhost, vhost_url, wait_for
 from kombu import Connection
 
 from celery_ladder import cli as celery_ladder_cli
-from celery_ladder.settings import ALLOWED_EXCHANGES, SETTINGS
+from celery_ladder.settings import SETTINGS, Setting
 from kombu_ladder import LadderProducer, __version__, contract, declare
+from kombu_ladder.cancellation.stream import declare_cancellations
 from kombu_ladder.cli import cli
 from kombu_ladder.contract import CONTROL
 from kombu_ladder.depths import queue_depths
@@ -79,13 +81,22 @@ def test_contract_page_lists_the_prefetch_and_the_maximum_delay() -> None:
     assert MAX_DELAY == 3653 * 24 * 3600 and "ten years by default" in text
 
 
-@pytest.mark.parametrize("setting", sorted(SETTINGS))
-def test_configuration_reference_names_every_setting_default_and_django_name(setting: str) -> None:
-    default, django_name = SETTINGS[setting]
+def _shown(default: Any) -> str:
+    """A default as the reference shows it: strings in double quotes, whole seconds as integers."""
+    if isinstance(default, str):
+        return f'"{default}"'
+    if isinstance(default, float) and default.is_integer():
+        return str(int(default))
+    return repr(default)
+
+
+@pytest.mark.parametrize("setting", SETTINGS, ids=[s.name for s in SETTINGS])
+def test_configuration_reference_names_every_setting_default_and_django_name(setting: Setting) -> None:
     text = page("configuration.rst")
-    row = re.search(rf"^``{setting}``\n\s+:Django name: ``{django_name}``\n\s+:Default: ``(\w+)``", text, re.M)
-    assert row is not None, f"{setting} / {django_name} is missing from the configuration reference"
-    assert row.group(1) == repr(default)
+    row = re.search(rf"^``{setting.name}``\n\s+:Django name: ``{setting.django}``\n\s+:Default: ``([^`]+)``",
+                    text, re.M)
+    assert row is not None, f"{setting.name} / {setting.django} is missing from the configuration reference"
+    assert row.group(1) == _shown(setting.default)
 
 
 def test_configuration_reference_names_every_kombu_ladder_command_and_option() -> None:
@@ -133,13 +144,6 @@ def test_both_packages_ship_py_typed(package: str) -> None:
     assert re.search(rf"^\s*{package} = py\.typed$", (ROOT / "setup.cfg").read_text(), re.M)
 
 
-def test_configuration_reference_names_the_allow_list_setting() -> None:
-    name, django_name = ALLOWED_EXCHANGES
-    text = page("configuration.rst")
-    row = re.search(rf"^``{name}``\n\s+:Django name: ``{django_name}``\n\s+:Default: ``None``", text, re.M)
-    assert row is not None, f"{name} / {django_name} is missing from the configuration reference"
-
-
 # -- the pages' snippets and command lines run as shown -----------------------------------------------
 #
 # Console blocks run command by command: from the repository root when they use examples/ or make,
@@ -153,27 +157,19 @@ NOT_RUN = {"make test": "it is the test suite itself; .ci/run runs it"}
 #: Seconds a documented command may take.
 COMMAND_TIMEOUT = 180
 
-#: A URL where no broker answers: ``make demo`` then runs on the simulator, as the README says.
+#: A URL where no broker answers (for the inline commands' placeholders).
 NO_BROKER = "amqp://guest:guest@127.0.0.1:1//"
 
 PROJECT_SNIPPET = next(b for b in blocks("python") if b.page == "README.md").text
 LOCAL_BROKER = "amqp://guest:guest@localhost//"
 
 
-def _skeleton(token: str) -> str:
-    if re.fullmatch(r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}", token):
-        return "<uuid>"
-    if "@" in token:
-        return "<node>" + (":" if token.endswith(":") else "")
-    return re.sub(r"-?\d[\d,]*(\.\d+)?", "<n>", token)
-
-
 def assert_output_matches(shown: Sequence[str], printed: str, command: str) -> None:
-    """Each line the page shows under a command is printed, token by token; numbers, ids and nodes may differ."""
-    expected = [line.split() for line in shown if line.strip()]
-    actual = [line.split() for line in printed.splitlines() if line.strip()]
-    assert [[_skeleton(t) for t in line] for line in actual] == [[_skeleton(t) for t in line] for line in expected], (
-        f"$ {command}\nthe page shows:\n" + "\n".join(shown) + "\nit printed:\n" + printed)
+    """Each line the page shows under a command is printed, token by token: every figure equal, or within the
+    tolerance ``figures.VARYING`` states for it; clock times, ids and node names may differ."""
+    problems = differences(command, shown, printed)
+    assert not problems, (f"$ {command}\n" + "\n".join(problems) + "\nthe page shows:\n" + "\n".join(shown)
+                          + "\nit printed:\n" + printed)
 
 
 def _vhost_of(url: str) -> str:
@@ -189,7 +185,7 @@ class Shell:
         self.urls = urls
         self.url_map: dict[str, str] = {}
         self.env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
-                        BROKER_URL=urls[0], KOMBU_LADDER_BROKER=urls[0], LADDER_DEMO_BROKER=NO_BROKER)
+                        BROKER_URL=urls[0], KOMBU_LADDER_BROKER=urls[0], LADDER_DEMO_BROKER=urls[0])
         self.env.pop("DJANGO_SETTINGS_MODULE", None)
         self.background: list[tuple[str, subprocess.Popen[str], Path]] = []
         self.logs = workdir
@@ -269,11 +265,56 @@ def _check_inspect_scheduled_is_0(printed: str, shell: Shell) -> None:
     assert '"scheduled": 0' in printed and '"delivered": 1' in printed, printed
 
 
+def _check_check_prints_the_line_the_page_quotes(printed: str, shell: Shell) -> None:
+    assert printed == ("ok: topology as the contract says; 0 relay(s) consuming; backlog 0 (under 1000); "
+                       "ladder.cancellations is the cancellation stream\n"), printed
+
+
 def _check_demo_prints_the_readme_table(printed: str, shell: Shell) -> None:
+    """The README's table is what ``make demo`` prints on RabbitMQ (LADDER_DEMO_BROKER: the test's vhost)."""
     (table,) = [b for b in blocks("text") if b.page == "README.md" and "arrival order" in b.text]
-    shown = [[_skeleton(t) for t in line.split()] for line in table.text.splitlines() if line.strip()]
-    lines = [[_skeleton(t) for t in line.split()] for line in printed.splitlines() if line.strip()]
-    assert any(lines[i:i + len(shown)] == shown for i in range(len(lines))), printed
+    shown = table.text.splitlines()
+    header = next(line for line in shown if line.strip())
+    lines = printed.splitlines()
+    assert header in lines, printed
+    start = lines.index(header)
+    ran = "\n".join(lines[start:start + len(shown)])
+    problems = differences("make demo", shown, ran)
+    assert not problems, "\n".join(problems) + "\nthe README shows:\n" + table.text + "\nmake demo printed:\n" + printed
+
+
+def _check_adopt_moved_the_two_eta_tasks(printed: str, shell: Shell) -> None:
+    assert printed.splitlines()[1:3] == [
+        "  adopted 2 ETA task(s) into the ladder",
+        "  left 1 in place: 1 without an ETA, 0 due within 10 s, 0 ladder copies"], printed
+    with Connection(shell.urls[0]) as conn:
+        assert sum(queue_depth(conn, rung, if_missing=0) for rung in contract.rung_names()) == 2
+        assert queue_depth(conn, "celery") == 1
+
+
+#: The Celery task id docs/waiting.rst finds and cancels.
+WAITING_TASK_ID = "6f1c1b2e-0d4e-4c8e-9a51-1f0f3c2b7a10"
+
+
+def _publish_indexed(url: str) -> None:
+    """What docs/waiting.rst assumes: Celery-shaped invoice tasks scheduled with the index on."""
+    with Connection(url) as conn:
+        producer = LadderProducer(conn.default_channel, index=True)
+        for n, task_id in enumerate([WAITING_TASK_ID, *(f"invoice-{i}" for i in range(4))]):
+            producer.publish(b"[[], {}, {}]", exchange="", routing_key="invoices", countdown=1800 + 3600 * n,
+                             correlation_id=task_id, content_type="application/json",
+                             headers={"task": "billing.send_invoice", "id": task_id})
+        producer.flush_index()
+
+
+def _check_find_shows_the_task_waiting(printed: str, shell: Shell) -> None:
+    assert printed.startswith(f"{WAITING_TASK_ID}: waiting\n") and "billing.send_invoice" in printed, printed
+
+
+def _check_the_dry_run_lists_every_invoice_and_records_nothing(printed: str, shell: Shell) -> None:
+    lines = printed.strip().splitlines()
+    assert len(lines) == 6 and lines[0].startswith(WAITING_TASK_ID + "\t"), printed
+    assert lines[-1].startswith("dry run: would cancel 5 waiting message(s)"), printed
 
 
 CHECKS: dict[str, Callable[[str, Shell], None]] = {
@@ -284,22 +325,91 @@ CHECKS: dict[str, Callable[[str, Shell], None]] = {
     "rabbitmqctl set_policy -p prod --apply-to queues --priority 10 ladder-lazy '^acemq\\.schedule\\.' "
     "'{\"queue-mode\":\"lazy\"}'": _check_the_policy_applies_to_the_rungs,
     "celery -A celery_app inspect ladder": _check_inspect_scheduled_is_0,
+    "celery -A proj ladder adopt --queue celery": _check_adopt_moved_the_two_eta_tasks,
+    "kombu-ladder check --min-relays 0      # exit status 0, and one line":
+        _check_check_prints_the_line_the_page_quotes,
+    f"kombu-ladder waiting find {WAITING_TASK_ID}": _check_find_shows_the_task_waiting,
+    "kombu-ladder cancel --task billing.send_invoice --dry-run":
+        _check_the_dry_run_lists_every_invoice_and_records_nothing,
 }
 
 
+#: What the operations page's ``status`` and ``move`` examples find waiting: (countdown in seconds, how many).
+#: Each countdown's first rung is one the test outlives (1h, 10m, 1m), so the counts hold while it runs.
+WAITING = ((7200, 3), (1500, 2), (300, 1))
+
+#: The tasks the pages' ``inspect ladder`` examples were sent, by countdown: 3 s waits in the 1 s rung and is
+#: held; 25 s takes the 10 s rung twice (one hop) and is held for the rest (kombu_ladder.plan.forecast).
+TASK_COUNTDOWNS = (3, 25)
+
+
+def _publish_waiting(url: str, waiting: Sequence[tuple[int, int]]) -> None:
+    with Connection(url) as conn:
+        producer = LadderProducer(conn.default_channel)
+        for countdown, count in waiting:
+            for _ in range(count):
+                producer.publish(b"waiting", exchange="", routing_key="docs.q", countdown=countdown)
+
+
+def _start_relays(shell: Shell, count: int) -> None:
+    for _ in range(count):
+        shell.start("kombu-ladder relay", ["kombu-ladder", "relay", "--broker", shell.urls[0]])
+
+    def consumers() -> int:
+        with Connection(shell.urls[0]) as conn:
+            return next((row.consumers or 0 for row in queue_depths(conn) if row.queue == CONTROL), 0)
+
+    wait_for(lambda: consumers() == count, 60, interval=0.2, message=f"{count} relays consuming {CONTROL}")
+
+
+def _send_tasks_and_wait(shell: Shell) -> None:
+    """Send the README project's task with :data:`TASK_COUNTDOWNS` and wait until the worker delivered them."""
+    code = "import proj\n" + "".join(f"proj.send_invoice.apply_async(({n},), countdown={n})\n"
+                                      for n in TASK_COUNTDOWNS)
+    done = subprocess.run([sys.executable, "-c", code], cwd=shell.cwd, env=shell.env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    app = Celery(broker=shell.urls[0], set_as_current=False)
+    try:
+        wait_for(lambda: any(c.get("delivered") == len(TASK_COUNTDOWNS) for c in ladder_counters(app).values()),
+                 max(TASK_COUNTDOWNS) + 60, interval=0.5, message="the worker to deliver the pages' tasks")
+    finally:
+        app.close()
+
+
 def _prepare(block: Block, shell: Shell) -> None:
-    """What a page assumes already happened: something waiting in the ladder, a worker running."""
+    """What a page assumes already happened: something waiting in the ladder, relays or a worker running."""
     lines = [c.line for c in commands_of(block)]
-    if any(re.match(r"kombu-ladder (status --broker|--broker \S+ move)", line) for line in lines):
-        with Connection(shell.urls[0]) as conn:
-            LadderProducer(conn.default_channel).publish(b"waiting", exchange="", routing_key="docs.q",
-                                                         countdown=7200)
+    url = shell.urls[0]
+    if any(re.match(r"kombu-ladder status --broker \S+$", line) for line in lines):
+        _publish_waiting(url, WAITING)
+        with Connection(url) as conn:
+            declare_cancellations(conn)  # as 'kombu-ladder declare' left it on a deployed ladder
+        _start_relays(shell, 2)
+    if any(re.match(r"kombu-ladder --broker \S+ move", line) for line in lines):
+        _publish_waiting(url, WAITING)
+    if any(re.match(r"kombu-ladder status --broker \S+ --due", line) for line in lines):
+        _publish_waiting(url, [(7200, 1)])
+        with Connection(url) as conn:
+            declare_cancellations(conn)  # as the relays of a running ladder have (status reports it)
     if any(line.startswith("kombu-ladder find invoice-42") for line in lines):
-        with Connection(shell.urls[0]) as conn:
+        with Connection(url) as conn:
             LadderProducer(conn.default_channel).publish(b"invoice", exchange="billing", routing_key="invoice.due",
                                                          countdown=7200, message_id="invoice-42")
+    if any(line.startswith(("kombu-ladder waiting", "kombu-ladder cancel --")) for line in lines):
+        _publish_indexed(url)
+    if any(line.startswith("celery -A proj ladder adopt") for line in lines):  # an old producer's tasks wait
+        old = Celery("old", broker=shell.urls[0], set_as_current=False)
+        try:
+            with old.connection_for_write() as conn:
+                conn.default_channel.queue_declare("celery", durable=True, auto_delete=False)
+            for countdown in (3600, None, 7200):
+                old.send_task("proj.remind", countdown=countdown)
+        finally:
+            old.close()
     if any(" inspect ladder" in line for line in lines) and not any(" worker" in line for line in lines):
         shell.start("celery -A proj worker -P ladder", ["celery", "-A", "proj", "worker", "-P", "ladder"])
+        _send_tasks_and_wait(shell)
 
 
 @pytest.fixture
@@ -339,35 +449,33 @@ def test_the_commands_not_run_are_documented_ones() -> None:
     assert set(CHECKS) <= {c.line for b in blocks("console") for c in commands_of(b)}
 
 
-@pytest.fixture(scope="module")
-def wheel_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(ROOT)],
-                   check=True, capture_output=True, timeout=300)
-    return out
-
-
-INSTALL_LINES = sorted({c.line for b in _install_blocks() for c in commands_of(b)}
+INSTALL_LINES = sorted({c.line for b in _install_blocks() for c in commands_of(b)
+                        if c.line.startswith("pip install")}
                        | {c for _, c in inline_commands() if c.startswith("pip install")})
 
 
 @pytest.mark.process
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("line", INSTALL_LINES)
-def test_the_install_lines_resolve_to_this_distribution(line: str, wheel_dir: Path, tmp_path: Path) -> None:
-    """What a user types once it is published; here the package index's copy is the wheel just built."""
+def test_the_install_lines_install_this_clone(line: str, tmp_path: Path) -> None:
+    """Every ``pip install`` a page shows, run where the pages say (the clone's root), resolves to this
+    checkout with the extras it names (a dry run: tests/process/test_packaging.py installs for real)."""
     report = tmp_path / "report.json"
     argv = shlex.split(line)
-    assert argv[:2] == ["pip", "install"]
+    assert argv[:2] == ["pip", "install"] and re.fullmatch(r"\.(\[[\w,]+\])?", argv[2]), f"{line}: from the clone"
     done = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--ignore-installed",
-                           "--report", str(report), "--find-links", str(wheel_dir), *argv[2:]],
+                           "--report", str(report), *argv[2:]], cwd=ROOT,
                           capture_output=True, text=True, timeout=580)
     assert done.returncode == 0, done.stderr[-3000:]
-    installs = {item["metadata"]["name"].lower(): item for item in json.loads(report.read_text())["install"]}
+    installs = {item["metadata"]["name"].lower().replace("_", "-"): item
+                for item in json.loads(report.read_text())["install"]}
     assert installs["kombu-ladder"]["metadata"]["version"] == __version__
-    assert installs["kombu-ladder"]["download_info"]["url"].startswith(wheel_dir.as_uri())
+    assert installs["kombu-ladder"]["download_info"]["url"].rstrip("/") == ROOT.as_uri()
     extras = set(re.findall(r"\[(.*)\]", line)[0].split(",")) if "[" in line else set()
-    assert "celery" in installs and ("django" in installs) == ("django" in extras)
+    assert sorted(installs["kombu-ladder"].get("requested_extras", [])) == sorted(extras)
+    assert ("celery" in installs) == bool(extras & {"celery", "django"})
+    assert ("django" in installs) == ("django" in extras)
+    assert ("prometheus-client" in installs) == ("prometheus" in extras)
 
 
 # -- Python snippets -----------------------------------------------------------------------------------
@@ -393,10 +501,13 @@ def test_every_python_snippet_runs(block: Block, fresh_vhost: str, tmp_path: Pat
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     if "def test_" in source:  # a test a reader would put in their suite: run it with the package's fixtures
         (tmp_path / "test_snippet.py").write_text(source)
-        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_snippet.py"],
-                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        assert re.search(r"\b1 passed\b", done.stdout), done.stdout
+        # With pytest-celery's plugin, and without it (a suite that has only Celery and the ladder).
+        for plugins in ([], ["-p", "no:celery"]):
+            done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *plugins,
+                                   "test_snippet.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                                  timeout=300)
+            assert done.returncode == 0, (plugins, done.stdout[-3000:] + done.stderr[-3000:])
+            assert re.search(r"\b1 passed\b", done.stdout), done.stdout
         return
     (tmp_path / "snippet.py").write_text(source)
     done = subprocess.run([sys.executable, "snippet.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
@@ -418,8 +529,8 @@ def test_code_lines_fit_the_code_box(block: Block) -> None:
 
 # -- inline command literals parse ------------------------------------------------------------------
 
-PLACEHOLDERS = {"URL": NO_BROKER, "BLUE": NO_BROKER, "N": "5", "SECONDS": "1.5", "TEXT": "x", "NAME": "x",
-                "PORT": "9808"}
+PLACEHOLDERS = {"URL": NO_BROKER, "BLUE": NO_BROKER, "N": "5", "BYTES": "1048576", "SECONDS": "1.5", "TEXT": "x",
+                "NAME": "x", "PORT": "9808", "classic|quorum": "quorum", "WHEN": "90"}
 
 
 def _concrete(command: str) -> list[str]:

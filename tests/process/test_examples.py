@@ -164,3 +164,35 @@ def test_django_example_refuses_to_start_with_a_bad_toggle_value() -> None:
     assert done.returncode != 0
     assert "CELERY_LADDER_ENABLED" in done.stderr
     assert "'maybe'" in done.stderr
+
+
+# -- make demo -----------------------------------------------------------------
+
+
+def demo(broker: str) -> subprocess.CompletedProcess[str]:
+    """``python examples/demo.py`` (what ``make demo`` runs) with ``LADDER_DEMO_BROKER`` set to ``broker``."""
+    return subprocess.run([sys.executable, str(EXAMPLES / "demo.py")], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "LADDER_DEMO_BROKER": broker, "PYTHONPATH": str(ROOT)})
+
+
+@pytest.mark.process
+def test_make_demo_without_a_broker_runs_on_the_simulator() -> None:
+    done = demo("amqp://guest:guest@127.0.0.1:1//")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("no RabbitMQ at amqp://guest:guest@127.0.0.1:1// (")
+    assert "running the same scenario on the in-memory simulator" in done.stdout
+    assert "arrival order: 2s, 5s, 12s, 65s (published 65s, 12s, 5s, 2s)" in done.stdout
+
+
+@pytest.mark.parametrize("wrong,reason", [("password", "ACCESS_REFUSED"), ("vhost", "NOT_ALLOWED")])
+def test_make_demo_stops_when_the_broker_refuses_it(broker_url: str, wrong: str, reason: str) -> None:
+    """A broker that answers and refuses is an error to fix, not a reason to fall back to the simulator."""
+    url = (broker_url.replace("guest:guest@", "guest:not-the-password@") if wrong == "password"
+           else broker_url.rsplit("/", 1)[0] + "/no-such-vhost-for-the-demo")
+    done = demo(url)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "simulator" not in done.stdout and done.stdout == ""
+    first, hint = done.stderr.strip().splitlines()
+    assert first.startswith("the broker at amqp://guest:**@") and reason in first, first
+    assert "not-the-password" not in done.stderr
+    assert hint.startswith("Fix the URL (--broker, or $LADDER_DEMO_BROKER)")

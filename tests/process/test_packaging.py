@@ -10,6 +10,7 @@ from importlib.metadata import entry_points, metadata
 from pathlib import Path
 
 import pytest
+from helpers import extra_requirement
 
 #: Each test runs a command line or a build in a process of its own (see setup.cfg's markers).
 pytestmark = pytest.mark.process
@@ -17,7 +18,8 @@ pytestmark = pytest.mark.process
 ROOT = Path(__file__).resolve().parents[2]
 
 #: What ``import celery_ladder`` says, on its last line, where Celery is not installed.
-HINT = 'ModuleNotFoundError: celery_ladder needs Celery: pip install "kombu-ladder[celery]"'
+HINT = ('ModuleNotFoundError: celery_ladder needs Celery: pip install "celery>=5.3,<6" '
+        "(kombu-ladder's celery extra)")
 
 
 def without_celery(code: str) -> subprocess.CompletedProcess[str]:
@@ -30,6 +32,7 @@ def test_celery_ladder_without_celery_fails_with_a_one_line_hint() -> None:
     done = without_celery("import celery_ladder")
     assert done.returncode == 1
     assert done.stderr.strip().splitlines()[-1] == HINT
+    assert extra_requirement("celery") in HINT, "the hint names the extra's own requirement"
 
 
 def test_kombu_ladder_its_cli_and_its_pytest_plugin_need_no_celery() -> None:
@@ -112,7 +115,8 @@ def test_scheduler_on_shows_its_keyword_only_options() -> None:
 
     params = inspect.signature(Scheduler.on).parameters
     assert [n for n, p in params.items() if p.kind is p.KEYWORD_ONLY] == [
-        "relay", "clock", "serializer", "prefetch", "allowed_exchanges", "max_delay", "hold_window", "queue_type"]
+        "relay", "clock", "serializer", "index", "prefetch", "allowed_exchanges", "max_delay", "hold_window",
+        "hold_capacity", "hold_bytes", "max_refusals", "queue_type"]
     assert not any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 

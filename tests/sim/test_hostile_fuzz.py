@@ -2,7 +2,7 @@
 
 Whatever bytes a publisher sends: the parser either reads them or says why not,
 the deciding never raises, what the relay publishes decodes as the dict-level
-rules say it should, and on the simulator every message ends delivered or parked,
+rules below say it should, and on the simulator every message ends delivered or parked,
 exactly once, with the relay still running.
 """
 
@@ -17,13 +17,50 @@ from amqp.basic_message import Message as AmqpMessage
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from kombu_ladder import declare, readable, wire
-from kombu_ladder.contract import CONTENT_TYPE, CONTROL, DUE_AT, PARKING, TARGET_EXCHANGE, TARGET_ROUTING_KEY
-from kombu_ladder.envelope import Deliver, Hop, Park, decide, delivery_properties, strip_for_delivery
+from kombu_ladder import Relay, declare, readable, wire
+from kombu_ladder.carry import CARRIED_PROPERTIES
+from kombu_ladder.contract import (
+    CONTENT_TYPE,
+    CONTROL,
+    DUE_AT,
+    MESSAGE_TYPE,
+    PARKING,
+    SCHEDULE_HEADERS,
+    TARGET_EXCHANGE,
+    TARGET_ROUTING_KEY,
+)
+from kombu_ladder.envelope import (
+    LOCAL_HEADERS,
+    Deliver,
+    Hop,
+    Park,
+    decide,
+    delivered_content_type,
+    delivered_mode,
+    strip_death,
+)
 from kombu_ladder.relay import outgoing
 from kombu_ladder.simulator import SimulatedBroker
 
 NOW = 1_800_000_000_000
+
+
+def strip_for_delivery(headers: dict[str, Any]) -> dict[str, Any]:
+    """The dict-level rule: the application headers alone (no x-schedule-*, local or death headers)."""
+    return {k: v for k, v in strip_death(headers).items() if k not in (*SCHEDULE_HEADERS, *LOCAL_HEADERS)}
+
+
+def delivery_properties(headers: dict[str, Any], properties: dict[str, Any]) -> dict[str, Any]:
+    """The dict-level rule: the carried properties, the content type and delivery mode the publisher chose,
+    and a ``type`` of the publisher's own."""
+    out = {k: properties[k] for k in CARRIED_PROPERTIES if properties.get(k) is not None}
+    content_type = delivered_content_type(headers)
+    if content_type is not None:
+        out["content_type"] = content_type
+    out["delivery_mode"] = delivered_mode(headers)
+    if properties.get("type") not in (None, MESSAGE_TYPE):
+        out["type"] = properties["type"]
+    return out
 
 # -- encoded header values, well formed but hostile -----------------------------------------
 
@@ -108,8 +145,8 @@ def test_hostile_properties_round_trip_byte_for_byte_and_are_judged_without_rais
     assert wire.write_properties(props) == raw
     if readable.problem(props) is not None:
         return
-    headers, properties = outgoing.views(props)
-    decision = decide(headers, properties, NOW)
+    headers, _ = outgoing.views(props)
+    decision = decide(headers, NOW)
     assert isinstance(decision, (Deliver, Hop, Park))
     if isinstance(decision, Park):
         assert decision.reason.split(":")[0] in ("malformed", "unroutable", "refused")
@@ -122,7 +159,7 @@ def test_hostile_properties_round_trip_byte_for_byte_and_are_judged_without_rais
                        st.one_of(st.none(), st.integers(), st.text(), st.binary(), st.floats(), st.booleans())))
 def test_decide_never_raises_and_its_reasons_are_printable_and_bounded(extra: dict[str, Any],
                                                                       schedule: dict[str, Any]) -> None:
-    decision = decide({**extra, **schedule}, {}, NOW)
+    decision = decide({**extra, **schedule}, NOW)
     if isinstance(decision, Park):
         assert decision.reason.isprintable() and len(decision.reason) < 1500
 
@@ -142,7 +179,7 @@ def test_the_raw_delivery_decodes_as_the_dict_rules_say(app: dict[str, Any], con
     raw = message._serialize_properties()
     props = wire.read_properties(raw)
     view, fields = outgoing.views(props)
-    delivered = corpus.decoded(outgoing.delivery(props, view or {}))
+    delivered = corpus.decoded(outgoing.encode("deliver", props, view or {}))
     decoded = corpus.decoded(raw)
     assert delivered.pop("application_headers") == strip_for_delivery(decoded["application_headers"])
     assert delivered == delivery_properties(decoded["application_headers"], decoded)
@@ -160,14 +197,14 @@ def test_every_hostile_message_is_delivered_or_parked_exactly_once(messages: lis
             declare(channel)
             for queue in ("fz.a", "fz.b"):
                 channel.queue_declare(queue=queue, durable=True, auto_delete=False)
-            relay = broker.relay()
+            relay = broker.host(Relay())
             for n, (raw, body) in enumerate(messages):
                 corpus.publish(channel, corpus.Case(str(n), raw, b"%d:" % n + body, ""))
             for _ in range(40):
                 broker.advance(1)
             seen = Counter(body for queue in ("fz.a", "fz.b", PARKING) for _, body in corpus.take_raw(channel, queue))
             assert seen == Counter(b"%d:" % n + body for n, (_, body) in enumerate(messages))
-            assert broker.depth(CONTROL) == 0 and not relay.core.pending.jobs
+            assert broker.depth(CONTROL) == 0 and not relay.core.publisher.pending.jobs
             counters = relay.counters
             assert counters.delivered + counters.parked == len(messages)
             event(f"delivered: {counters.delivered > 0}, parked: {counters.parked > 0}, hopped: {counters.hops > 0}")

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from kombu import Connection, Consumer, Exchange, Producer, Queue
 
-from kombu_ladder import LadderProducer, Scheduler, TopologyConflict, declare, hops_for
+from kombu_ladder import LadderProducer, Relay, Scheduler, TopologyConflict, declare, hops_for
 from kombu_ladder.contract import rung_name
+from kombu_ladder.plan import HOLD_WINDOW
+from kombu_ladder.plan import forecast as timing_forecast
 from kombu_ladder.simulator import SimulatedBroker
-from kombu_ladder.timing import HOLD_WINDOW
-from kombu_ladder.timing import forecast as timing_forecast
 
 HOUR = 3600
 DAY = 24 * HOUR
@@ -32,7 +32,7 @@ def _rung_arrivals(broker: SimulatedBroker) -> Counter[int]:
 @pytest.mark.parametrize("delay", [HOUR, 4 * HOUR, DAY, 30 * DAY, 90, 3 * HOUR + 25 * 60 + 7])
 def test_a_long_delay_takes_exactly_the_forecast_hops_in_milliseconds(delay: int) -> None:
     broker = SimulatedBroker(start=1_800_000_000)
-    relay = broker.relay()
+    relay = broker.host(Relay())
     started = time.perf_counter()
     with broker.connection() as conn:
         _target(conn)
@@ -59,7 +59,7 @@ def test_with_a_3ms_expiry_lag_round_delays_take_their_theoretical_placements_an
         delay: int) -> None:
     lag_ms = 3
     broker = SimulatedBroker(start=1_800_000_000, expiry_lag=lag_ms / 1000)
-    relay = broker.relay()
+    relay = broker.host(Relay())
     with broker.connection() as conn:
         _target(conn)
         LadderProducer(conn.default_channel, clock=broker.now).publish(
@@ -79,7 +79,7 @@ def test_with_a_3ms_expiry_lag_round_delays_take_their_theoretical_placements_an
 
 def test_with_a_lag_beyond_the_tolerance_the_ladder_steps_down_and_holds_to_the_due_time() -> None:
     broker = SimulatedBroker(start=1_800_000_000, expiry_lag=0.006)
-    broker.relay()
+    broker.host(Relay())
     with broker.connection() as conn:
         _target(conn)
         LadderProducer(conn.default_channel, clock=broker.now).publish(
@@ -92,7 +92,7 @@ def test_with_a_lag_beyond_the_tolerance_the_ladder_steps_down_and_holds_to_the_
 
 def test_per_message_ttl_head_of_line_bug_and_the_ladder_avoiding_it() -> None:
     broker = SimulatedBroker(start=1_800_000_000)
-    broker.relay()
+    broker.host(Relay())
     with broker.connection() as conn:
         channel = conn.default_channel
         Queue("hol.target", durable=True)(channel).declare()

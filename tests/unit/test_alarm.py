@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from kombu_ladder.relay.alarm import Alarm
+from kombu_ladder.relay.holder import Alarm
 
 
 class Entry:

@@ -33,10 +33,10 @@ def test_allow_list_refuses_a_single_string() -> None:
 
 def test_a_refused_target_is_parked_not_delivered() -> None:
     headers = scheduled_headers({}, exchange="amq.topic", routing_key="k", due_at=0, content_type="text/plain")
-    refused = decide(headers, {}, 1_000, allow_exchange=AllowList(["billing"]))
+    refused = decide(headers, 1_000, allow_exchange=AllowList(["billing"]))
     assert isinstance(refused, Park) and refused.reason.startswith("refused: ")
     assert "'amq.topic'" in refused.reason
-    assert isinstance(decide(headers, {}, 1_000, allow_exchange=AllowList(["amq.topic"])), Deliver)
+    assert isinstance(decide(headers, 1_000, allow_exchange=AllowList(["amq.topic"])), Deliver)
 
 
 @pytest.mark.parametrize("given,expected", [

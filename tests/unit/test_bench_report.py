@@ -110,7 +110,7 @@ def test_render_reports_misses_with_why() -> None:
     page = render(_results(publish_ratio=0.5, d_p99_ms=80.0), _meta(Config.quick()), None)
     assert "This page holds a `quick` run" in page
     assert "| publish: `LadderProducer.publish(countdown=3600)` ≥ 0.9× its baseline | 0.50× | **missed** |" in page
-    assert "**Missed: `LadderProducer.publish(countdown=3600)` ≥ 0.9×** (0.50×)" in page
+    assert "**Missed: `LadderProducer.publish(countdown=3600)` ≥ 0.9×** (0.50×, per round 0.50)" in page
     assert "**Missed: (d) p99 ≤ 20 ms**" in page
     assert "Every target was met" not in page
 
@@ -137,3 +137,94 @@ def test_the_celery_panel_ends_past_the_ladder_and_native_tasks_not_at_vanilla_e
                                "e": contender(fast)})
     assert window == pytest.approx(30.0 * 1.2)  # d's slowest start, not c's seconds
     assert celery_window_ms({"d": contender(fast)}) == pytest.approx(10.0)  # at least 10 ms
+
+
+def _burst(shape: str, kind: str, relays: int, rate: float, early: int = 0, **extra: Any) -> dict[str, Any]:
+    return {"shape": shape, "kind": kind, "relays": relays, "expected": 1000, "arrived": 1000, "first": -900.0 if early
+            else 2.0, "p50": 500.0, "p99": 2_000.0, "last": 3_000.0, "early": early, "rate": rate,
+            "ratio": rate / 20_000, "relay_cpu_us": 250.0, "broker_cpu_us": 90.0, "publish_to_due_s": 20.0, **extra}
+
+
+def _bursts(*, single: float, twins: float, early: int) -> dict[str, Any]:
+    rounds = [_burst(shape, kind, relays, (single if shape == "distinct" else single * twins) * relays ** 0.5,
+                     early if (shape, kind, relays) == ("distinct", "standalone", 1) else 0)
+              for shape in ("distinct", "identical") for kind in ("standalone", "worker") for relays in (1, 2, 4)]
+    return {"n": 1000, "size": 200, "lead_s": 16.0, "broker_only_rate": 20_000.0, "rounds": rounds,
+            "broker_only": [{"rate": 19_000.0}, {"rate": 21_000.0}]}
+
+
+def _waiting() -> dict[str, Any]:
+    snap = {"node_memory": 200 * 2**20, "vhost_messages": 0, "vhost_queue_memory": 2**20,
+            "vhost_message_bytes_ram": 0, "vhost_disk": 2**16}
+    loaded = {**snap, "node_memory": 500 * 2**20, "vhost_messages": 100_000, "vhost_disk": 300 * 2**20}
+    run = {"broker": "3.10.8", "n": 100_000, "relays": 4, "profile": "classic queues, ladder-lazy policy",
+           "before": snap, "loaded": loaded, "publish_per_s": 5_000.0, "publish_cpu_us": 45.0, "arrived": 100_000,
+           "drain_s": 30.0, "drain_per_s": 3_333.0, "early": 0}
+    return {"n": 100_000, "relays": 4, "brokers": [run, {"broker": "4.0.5", "error": "RuntimeError: gone"}]}
+
+
+def test_render_bursts_and_waiting_met() -> None:
+    results = {**_results(publish_ratio=0.95, d_p99_ms=10.0), "bursts": _bursts(single=7_000, twins=1.0, early=0),
+               "waiting": _waiting()}
+    page = render(results, _meta(Config.full()), None)
+    assert "## 8. Bursts" in page and "## 9. A million waiting on one node" in page
+    assert "| bursts: one relay delivers ≥ 0.3× the broker's own dead-letter rate | standalone 0.35× (7,000/s), " \
+           "worker 0.35× (7,000/s) | met |" in page
+    assert "| distinct | 1 × `kombu-ladder relay` | 1,000/1,000 | 2.0 | 500 | 2,000 | 3,000 | 0 | 7,000 | " \
+           "**0.35×** | 250 µs | 90 µs |" in page
+    assert "Their median, **20,000/s**, is 1× in the table." in page
+    assert "(**+300 MB**)" in page and "**300 MB**" in page and "failed: RuntimeError: gone" in page
+    assert "- **What a burst costs.** 1,000 distinct messages due in the same second" in page
+    assert "Every target was met in this run." in page
+
+
+def test_render_bursts_misses_say_what_bounds_them() -> None:
+    results = {**_results(publish_ratio=0.95, d_p99_ms=10.0), "bursts": _bursts(single=3_000, twins=0.5, early=7)}
+    page = render(results, _meta(Config.quick()), None)
+    assert "| bursts: 1,000 due in one second, none early (every shape, kind and relay count) | 7 early, " \
+           "12,000 of 12,000 arrived | **missed** |" in page
+    assert "**Missed: bursts, none early** (distinct 1 × standalone: 7 early, the first -900 ms)" in page
+    assert "**Missed: one standalone relay ≥ 0.3× the broker alone** (0.15×" in page
+    assert "the relays' CPU per delivered message (hops included) was 250 µs and the broker's 90 µs" in page
+    assert "**Missed: identical messages ≥ 0.9× as fast as distinct ones** (1 × standalone: 0.50×" in page
+    assert "The relays did no more work per identical message, so the gap is not theirs" in page
+
+
+@pytest.mark.parametrize("unsent,says", [
+    (20.0, "Before sending the ladder is within the target"),
+    (40.0, "The ladder's own work before sending is the bound"),
+    (55.0, "the run cannot split the two"),
+])
+def test_a_publish_miss_says_what_bounds_it_from_the_run_s_own_split(unsent: float, says: str) -> None:
+    results = _results(publish_ratio=0.8, d_p99_ms=10.0)
+    results["publish"].update(cpu_us={PLAIN: 40.0, LADDER: 50.0, VANILLA: 300.0, CELERY: 310.0},
+                              unsent_cpu_us={PLAIN: 19.0, LADDER: unsent, VANILLA: 250.0, CELERY: 255.0})
+    page = render(results, _meta(Config.full()), None)
+    assert f"| `{LADDER}` | 800 | 800 | **0.80×** (per round: 0.80) | 50.0 µs | {unsent:.1f} µs |" in page
+    assert (f"50.0 µs per publish against 40.0 µs for `{PLAIN}`; before sending (the properties encoded, nothing "
+            f"framed or sent) {unsent:.1f} µs against 19.0 µs ({19 / unsent:.2f}×).") in page
+    assert says in page
+
+
+def test_the_readme_says_what_a_burst_costs_in_the_page_s_own_words() -> None:
+    import re
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    (paragraph,) = [p for p in readme.split("\n\n") if p.startswith("**What a burst costs.**")]
+    words = re.findall(r"\*([^*]+)\*", paragraph.replace("**What a burst costs.**", ""))
+    assert len(words) >= 7 and not re.search(r"\d[\d,.]*\s*(ms|/s|×|MB|GB)", paragraph)  # words, no figures
+    results = {**_results(publish_ratio=0.95, d_p99_ms=10.0), "bursts": _bursts(single=7_000, twins=1.0, early=0),
+               "waiting": _waiting()}
+    page = render(results, _meta(Config.full()), None).lower()
+    for word in words:
+        assert " ".join(word.lower().split()) in page, word
+
+
+def test_a_burst_that_kept_up_with_its_due_times_is_not_read_as_slow() -> None:
+    bursts = _bursts(single=1_000, twins=1.0, early=0)
+    for r in bursts["rounds"]:
+        r.update(last=40.0, kept_up=True)
+    page = render({**_results(publish_ratio=0.95, d_p99_ms=10.0), "bursts": bursts}, _meta(Config.quick()), None)
+    assert "standalone 0.05× (1,000/s, kept up with the due times)" in page
+    assert "**0.05×** (kept up)" in page
+    assert "Missed: one" not in page and "Every target was met in this run." in page

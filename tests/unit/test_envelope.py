@@ -1,4 +1,4 @@
-"""Pure tables for the envelope rules: what one expired message becomes, and what it carries."""
+"""Pure tables for the envelope rules: where one expired message goes, and what a scheduled one carries."""
 
 from __future__ import annotations
 
@@ -14,8 +14,6 @@ from kombu_ladder.envelope import (
     Park,
     decide,
     scheduled_headers,
-    scheduled_properties,
-    strip_for_delivery,
 )
 
 NOW = 1_700_000_000_000
@@ -32,29 +30,6 @@ def scheduled(due: object = NOW, **extra: Any) -> dict[str, Any]:
     return headers
 
 
-DEATH = {
-    "x-death": [{"queue": "acemq.schedule.10s", "reason": "expired", "count": 1}],
-    "x-first-death-exchange": "acemq.schedule",
-    "x-first-death-queue": "acemq.schedule.10s",
-    "x-first-death-reason": "expired",
-    "x-last-death-exchange": "acemq.schedule",
-    "x-last-death-queue": "acemq.schedule.10s",
-    "x-last-death-reason": "expired",
-}
-
-RUNG_PROPS = {
-    "content_type": "application/octet-stream",
-    "content_encoding": "utf-8",
-    "correlation_id": "corr-1",
-    "reply_to": "replies",
-    "message_id": "msg-1",
-    "priority": 3,
-    "type": "ScheduledMessage",
-    "delivery_mode": 2,
-    "app_id": "billing-app",
-}
-
-
 @pytest.mark.parametrize(
     "due,expected",
     [
@@ -68,7 +43,7 @@ RUNG_PROPS = {
     ],
 )
 def test_decide_deliver_or_hop(due: object, expected: type) -> None:
-    assert type(decide(scheduled(due), RUNG_PROPS, NOW)) is expected
+    assert type(decide(scheduled(due), NOW)) is expected
 
 
 @pytest.mark.parametrize(
@@ -83,7 +58,7 @@ def test_decide_deliver_or_hop(due: object, expected: type) -> None:
     ],
 )
 def test_hop_goes_to_the_largest_rung_that_does_not_overshoot(remaining_ms: int, rung: int, queue: str) -> None:
-    decision = decide(scheduled(NOW + remaining_ms), RUNG_PROPS, NOW)
+    decision = decide(scheduled(NOW + remaining_ms), NOW)
     assert isinstance(decision, Hop)
     assert (decision.rung, decision.queue) == (rung, queue)
 
@@ -113,30 +88,30 @@ def test_hop_goes_to_the_largest_rung_that_does_not_overshoot(remaining_ms: int,
     ],
 )
 def test_decide_parks_with_a_reason(headers: Any, reason: str) -> None:
-    decision = decide(headers, RUNG_PROPS, NOW)
+    decision = decide(headers, NOW)
     assert isinstance(decision, Park)
     assert re.match(reason, decision.reason), decision.reason
 
 
 def test_decide_hops_a_foreign_message_due_years_ahead_an_hour_at_a_time() -> None:
-    decision = decide(scheduled(NOW + 2 * 365 * 86_400_000), RUNG_PROPS, NOW)
+    decision = decide(scheduled(NOW + 2 * 365 * 86_400_000), NOW)
     assert isinstance(decision, Hop) and decision.rung == 3600
 
 
 def test_decide_parks_past_the_max_delay_it_is_given() -> None:
-    assert isinstance(decide(scheduled(NOW + 61_000), RUNG_PROPS, NOW, max_delay_ms=61_000), Hop)
-    decision = decide(scheduled(NOW + 61_001), RUNG_PROPS, NOW, max_delay_ms=61_000)
+    assert isinstance(decide(scheduled(NOW + 61_000), NOW, max_delay_ms=61_000), Hop)
+    decision = decide(scheduled(NOW + 61_001), NOW, max_delay_ms=61_000)
     assert isinstance(decision, Park) and "max_delay of 61s" in decision.reason
 
 
 def test_decide_parks_an_exchange_refused_by_the_allow_list() -> None:
-    decision = decide(scheduled(), RUNG_PROPS, NOW, allow_exchange=lambda name: name == "other")
+    decision = decide(scheduled(), NOW, allow_exchange=lambda name: name == "other")
     assert decision == Park("refused: target exchange 'billing' is not in the relay's allow-list")
-    assert isinstance(decide(scheduled(), RUNG_PROPS, NOW, allow_exchange=lambda name: name == "billing"), Deliver)
+    assert isinstance(decide(scheduled(), NOW, allow_exchange=lambda name: name == "billing"), Deliver)
 
 
 def test_empty_routing_key_is_fine_for_a_named_exchange() -> None:
-    decision = decide(scheduled(**{"x-schedule-routing-key": ""}), RUNG_PROPS, NOW)
+    decision = decide(scheduled(**{"x-schedule-routing-key": ""}), NOW)
     assert isinstance(decision, Deliver)
     assert (decision.exchange, decision.routing_key) == ("billing", "")
 
@@ -144,78 +119,9 @@ def test_empty_routing_key_is_fine_for_a_named_exchange() -> None:
 def test_bytes_target_headers_are_decoded() -> None:
     headers = scheduled(**{"x-schedule-exchange": b"billing", "x-schedule-routing-key": b"invoice.due",
                            "x-schedule-content-type": b"text/plain"})
-    decision = decide(headers, RUNG_PROPS, NOW)
+    decision = decide(headers, NOW)
     assert isinstance(decision, Deliver)
     assert (decision.exchange, decision.routing_key) == ("billing", "invoice.due")
-    assert decision.properties["content_type"] == "text/plain"
-
-
-def test_delivery_strips_schedule_and_death_headers_and_keeps_the_rest() -> None:
-    headers = scheduled(**DEATH, **{"app": "yes", "x-custom": 1, "x-deathly": "kept",
-                                    ORIGINAL_DELIVERY_MODE: 1})
-    decision = decide(headers, RUNG_PROPS, NOW)
-    assert isinstance(decision, Deliver)
-    assert decision.headers == {"app": "yes", "x-custom": 1, "x-deathly": "kept"}
-    assert (decision.exchange, decision.routing_key) == ("billing", "invoice.due")
-
-
-def test_delivery_properties_restore_what_the_publisher_sent() -> None:
-    decision = decide(scheduled(**{ORIGINAL_DELIVERY_MODE: 1}), {**RUNG_PROPS, "expiration": "5000",
-                                                                  "user_id": "guest"}, NOW)
-    assert isinstance(decision, Deliver)
-    assert decision.properties == {
-        "content_type": "application/json",  # from x-schedule-content-type, not the rung's property
-        "content_encoding": "utf-8",
-        "correlation_id": "corr-1",
-        "reply_to": "replies",
-        "message_id": "msg-1",
-        "priority": 3,
-        "app_id": "billing-app",
-        "delivery_mode": 1,
-    }
-
-
-@pytest.mark.parametrize(
-    "extra,mode",
-    [({}, 2), ({ORIGINAL_DELIVERY_MODE: 2}, 2), ({ORIGINAL_DELIVERY_MODE: 1}, 1), ({ORIGINAL_DELIVERY_MODE: 7}, 2)],
-)
-def test_delivery_mode_defaults_to_persistent(extra: dict, mode: int) -> None:
-    decision = decide(scheduled(**extra), RUNG_PROPS, NOW)
-    assert isinstance(decision, Deliver)
-    assert decision.properties["delivery_mode"] == mode
-
-
-def test_missing_content_type_header_keeps_the_message_property() -> None:
-    headers = scheduled()
-    del headers["x-schedule-content-type"]
-    decision = decide(headers, {**RUNG_PROPS, "content_type": "text/csv"}, NOW)
-    assert isinstance(decision, Deliver)
-    assert decision.properties["content_type"] == "text/csv"
-
-
-def test_hop_keeps_schedule_headers_strips_death_and_never_expires() -> None:
-    headers = scheduled(NOW + 30_000, **DEATH, app="yes")
-    decision = decide(headers, {**RUNG_PROPS, "expiration": "1000"}, NOW)
-    assert isinstance(decision, Hop)
-    assert decision.headers == scheduled(NOW + 30_000, app="yes")
-    assert decision.properties["type"] == "ScheduledMessage"
-    assert decision.properties["delivery_mode"] == 2
-    assert "expiration" not in decision.properties
-    assert decision.properties["correlation_id"] == "corr-1"
-    assert decision.properties["priority"] == 3
-
-
-@pytest.mark.parametrize(
-    "given,expected",
-    [
-        ({"a": 1, **scheduled()}, {"a": 1}),
-        ({"x-death": [], "x-first-death-queue": "q", "x-last-death-reason": "expired"}, {}),
-        ({ORIGINAL_DELIVERY_MODE: 1, "b": "2"}, {"b": "2"}),
-        ({"x-acemq-first-seen": 5}, {"x-acemq-first-seen": 5}),
-    ],
-)
-def test_strip_for_delivery(given: dict, expected: dict) -> None:
-    assert strip_for_delivery(given) == expected
 
 
 @pytest.mark.parametrize(
@@ -234,12 +140,3 @@ def test_strip_for_delivery(given: dict, expected: dict) -> None:
 )
 def test_scheduled_headers(kwargs: dict, expected: dict) -> None:
     assert scheduled_headers({"app": 1}, **kwargs) == expected
-
-
-def test_scheduled_properties() -> None:
-    given = {"content_type": "application/json", "correlation_id": "c", "expiration": "100",
-             "type": "mine", "delivery_mode": 1, "user_id": "guest", "priority": None}
-    assert scheduled_properties(given) == {
-        "content_type": "application/json", "correlation_id": "c",
-        "type": "ScheduledMessage", "delivery_mode": 2,
-    }

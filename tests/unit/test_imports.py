@@ -82,7 +82,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_library_has_no_import_cycle_counting_deferred_imports() -> None:
     graph = import_graph()
-    assert "kombu_ladder.relay.driven" in graph["kombu_ladder.relay.runner"]  # the graph sees imports at all
+    assert "kombu_ladder.relay.core" in graph["kombu_ladder.relay.driver"]  # the graph sees imports at all
     assert "celery_ladder.bootstep" in graph["celery_ladder"]  # ... and deferred ones
     assert cycles(graph) == []
 
@@ -95,3 +95,42 @@ def test_kombu_ladder_never_imports_celery_ladder() -> None:
     graph = import_graph()
     assert not [(m, t) for m, targets in graph.items() if m.startswith("kombu_ladder")
                 for t in targets if t.startswith("celery_ladder")]
+
+
+def reach(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module ``start`` imports, directly or through others."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for target in graph[todo.pop()] - seen:
+            seen.add(target)
+            todo.append(target)
+    return seen
+
+
+def _in(package: str, module: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_reach_follows_imports_through_other_modules() -> None:
+    assert reach({"a": {"b"}, "b": {"c"}, "c": set(), "d": {"a"}}, "a") == {"b", "c"}
+
+
+def test_the_simulator_sits_below_the_relay_and_neither_knows_the_other() -> None:
+    """The simulator is a stub broker: it reaches no relay module, even through another, and the relay
+    reaches no simulator module (it holds a transport through kombu_ladder.link alone)."""
+    graph = import_graph()
+    simulator = [m for m in graph if _in("kombu_ladder.simulator", m)]
+    relay = [m for m in graph if _in("kombu_ladder.relay", m)]
+    assert "kombu_ladder.link" in graph["kombu_ladder.simulator.link"]  # both stand on the link
+    assert "kombu_ladder.link" in graph["kombu_ladder.relay.core"]
+    assert not {(m, t) for m in simulator for t in reach(graph, m) if _in("kombu_ladder.relay", t)}
+    assert not {(m, t) for m in relay for t in reach(graph, m) if _in("kombu_ladder.simulator", t)}
+
+
+def test_the_link_and_the_pure_rules_stand_on_nothing_above_them() -> None:
+    """What the relay and the simulator both stand on imports neither (nor anything that does)."""
+    graph = import_graph()
+    for module in ("kombu_ladder.link", "kombu_ladder.plan", "kombu_ladder.envelope", "kombu_ladder.wire"):
+        above = {t for t in reach(graph, module) if _in("kombu_ladder.relay", t) or _in("kombu_ladder.simulator", t)}
+        assert not above, (module, above)

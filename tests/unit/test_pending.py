@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
+from kombu_ladder import wire
 from kombu_ladder.relay.pending import Job, Pending, Publish
 
 
@@ -54,32 +56,72 @@ def test_confirms_out_of_order_remove_exactly_what_they_cover() -> None:
     assert [p.seq for p in pending.confirmed(2, multiple=True)] == [1, 2]
 
 
+def props(message_id: bytes, *headers: tuple[bytes, bytes]) -> bytes:
+    return wire.write_properties(wire.Properties(fields={"message_id": message_id}, headers=list(headers) or None))
+
+
+#: A 64-bit integer as py-amqp writes it (``L``) and as RabbitMQ 4.x writes it back (``l``).
+LONG_L, LONG_l = b"L" + struct.pack(">q", 7), b"l" + struct.pack(">q", 7)
+
+
 def test_a_return_names_exactly_one_publish_even_among_identical_bodies() -> None:
     pending = Pending()
-    routed = deliver(job(1, b"same"), raw=b"route=yes")
-    unroutable = deliver(job(2, b"same"), raw=b"route=no")
+    routed = deliver(job(1, b"same"), raw=props(b"route-yes"))
+    unroutable = deliver(job(2, b"same"), raw=props(b"route-no"))
     sent(pending, routed, unroutable)
-    assert pending.returned("", "q", b"route=no", b"same") is unroutable
-    assert pending.returned("", "q", b"route=yes", b"same") is routed
-    assert pending.returned("", "elsewhere", b"route=no", b"same") is None
+    assert pending.returned("", "q", props(b"route-no"), b"same") is unroutable
+    assert pending.returned("", "q", props(b"route-yes"), b"same") is routed
+    assert pending.returned("", "elsewhere", props(b"route-no"), b"same") is None
 
 
-def test_identical_publishes_are_never_in_flight_together() -> None:
-    """A second publish with the same bytes waits for the first's confirm, so a return is never ambiguous."""
+def test_a_return_re_encoded_as_rabbitmq_4_does_still_names_its_publish() -> None:
+    """RabbitMQ 4.0 returns the header table sorted, first of equal names kept, ``L`` written ``l`` (measured)."""
     pending = Pending()
-    first, second = deliver(job(1, b"twin")), deliver(job(2, b"twin"))
-    pending.track(first.job)
-    pending.track(second.job)
-    assert pending.submit(first)
-    assert not pending.submit(second), "held behind its twin"
-    assert second.seq is None and len(pending) == 2
-    first.returned = "unroutable"
-    assert pending.returned("", "q", b"\x00\x00", b"twin") is None, "the returned one is not matched again"
-    (confirmed,) = pending.confirmed(first.seq, multiple=False)  # type: ignore[arg-type]
+    published = props(b"a", (b"zz", LONG_L), (b"aa", b"A" + struct.pack(">I", 9) + LONG_L), (b"zz", LONG_l))
+    other = props(b"b", (b"zz", LONG_L))
+    first, second = deliver(job(1, b"same"), raw=published), deliver(job(2, b"same"), raw=other)
+    sent(pending, first, second)
+    as_4_0_returns_it = props(b"a", (b"aa", b"A" + struct.pack(">I", 9) + LONG_l), (b"zz", LONG_l))
+    assert as_4_0_returns_it != published
+    assert pending.returned("", "q", as_4_0_returns_it, b"same") is first
+    assert pending.returned("", "q", props(b"b", (b"zz", LONG_l)), b"same") is second
+    assert pending.returned("", "q", props(b"c"), b"same") is None, "properties that match neither"
+
+
+def test_identical_publishes_fly_together_and_a_return_takes_exactly_one() -> None:
+    """Twins are interchangeable: no waiting for each other's confirm; each return is credited once."""
+    pending = Pending()
+    twins = [deliver(job(tag, b"twin"), raw=props(b"m")) for tag in (1, 2, 3)]
+    assert sent(pending, *twins) == [1, 2, 3]
+    assert pending.returned("", "q", props(b"m"), b"twin") is twins[0]
+    twins[0].returned = "unroutable"
+    assert pending.returned("", "q", props(b"m"), b"twin") is twins[1], "the returned one is not taken twice"
+    twins[1].returned = "unroutable"
+    assert [p.seq for p in pending.confirmed(3, multiple=True)] == [1, 2, 3]
+    assert pending.returned("", "q", props(b"m"), b"twin") is None, "confirmed: no longer in flight"
+
+
+def test_publishes_a_return_could_confuse_wait_for_the_earlier_ones_confirm() -> None:
+    """Same exchange, routing key and body, and properties either malformed or equal up to re-encoding."""
+    pending = Pending()
+    first = deliver(job(1, b"b"), raw=props(b"m", (b"x", LONG_L)))
+    same_once_re_encoded = deliver(job(2, b"b"), raw=props(b"m", (b"x", LONG_l)))
+    malformed = deliver(job(3, b"b"), raw=b"\xff\xff")
+    behind = deliver(job(4, b"b"), raw=props(b"other"))
+    sent(pending, first)
+    for publish in (same_once_re_encoded, malformed, behind):
+        pending.track(publish.job)
+        assert not pending.submit(publish), "held"
+    assert len(pending) == 4
+    (confirmed,) = pending.confirmed(1, multiple=False)
     assert confirmed is first
-    assert pending.unhold(first.key) is second
-    assert pending.unhold(first.key) is None
-    assert pending.submit(second) and second.seq == 2
+    assert pending.unhold(first.key) == [same_once_re_encoded]
+    pending.confirmed(same_once_re_encoded.seq, multiple=False)  # type: ignore[arg-type]
+    assert pending.unhold(first.key) == [malformed], "malformed properties fly alone"
+    assert pending.returned("", "q", b"\xff\xff", b"b") is malformed
+    pending.confirmed(malformed.seq, multiple=False)  # type: ignore[arg-type]
+    assert pending.unhold(first.key) == [behind]
+    assert pending.unhold(first.key) == [] and behind.seq == 4
 
 
 def test_losing_the_channel_returns_the_unconfirmed_in_order_and_numbers_from_one_again() -> None:
@@ -87,7 +129,7 @@ def test_losing_the_channel_returns_the_unconfirmed_in_order_and_numbers_from_on
     a, b, c = deliver(job(1), "a"), deliver(job(2), "b"), deliver(job(3), "a")
     sent(pending, a, b)
     pending.track(c.job)
-    held = deliver(job(4), "a")
+    held = deliver(job(4), "a", raw=b"\xff\xff")  # malformed: waits for a's confirm
     pending.track(held.job)
     assert not pending.submit(held)
     pending.confirmed(1, multiple=False)

@@ -11,10 +11,9 @@ celery = pytest.importorskip("celery")
 
 from celery.utils.time import maybe_iso8601  # noqa: E402
 
-from celery_ladder.publish import conf_value, task_eta  # noqa: E402
+from celery_ladder.publish import task_eta  # noqa: E402
+from celery_ladder.settings import SETTINGS, LadderSettings, SettingsCache  # noqa: E402
 from kombu_ladder.plan import delay_seconds  # noqa: E402
-
-NAMES = ("ladder_enabled", "ladder_max_delay", "ladder_relay", "timezone", "task_default_queue", "broker_url")
 
 
 def _apps() -> list[Any]:
@@ -30,21 +29,49 @@ def _apps() -> list[Any]:
 
 
 @pytest.mark.parametrize("app", _apps(), ids=["plain", "namespace", "pending", "old-style"])
-def test_conf_value_reads_what_conf_get_reads_and_follows_changes_at_run_time(app: Any) -> None:
-    cache: dict[str, Any] = {}
+def test_the_cache_reads_what_conf_get_reads_and_follows_changes_at_run_time(app: Any) -> None:
+    cache = SettingsCache(lambda: app.conf)
     conf = app.conf
-    assert conf_value(conf, "ladder_enabled", cache) == conf.get("ladder_enabled")  # before it is loaded
-    for name in NAMES:
-        assert conf_value(conf, name, cache) == conf.get(name), name
-    conf.ladder_enabled = True
-    assert conf_value(conf, "ladder_enabled", cache) is True
+    assert cache.get() == LadderSettings.from_conf(conf)  # loads a pending configuration, as conf.get does
+    for value in (True, "off", 1, False):
+        conf.ladder_enabled = value
+        assert cache.get() == LadderSettings.from_conf(conf), value
+    conf["CELERY_LADDER_ENABLED"] = True  # a second spelling: which one wins is Celery's lookup's to say
+    assert cache.get() == LadderSettings.from_conf(conf)
+    conf["CELERY_LADDER_ENABLED"] = False
+    assert cache.get() == LadderSettings.from_conf(conf)
+    conf.ladder_max_delay = 60
+    assert cache.get().max_delay == LadderSettings.from_conf(conf).max_delay
     del conf["ladder_enabled"]
-    assert conf_value(conf, "ladder_enabled", cache) == conf.get("ladder_enabled")
+    assert cache.get() == LadderSettings.from_conf(conf)
 
 
-def test_conf_value_of_a_plain_mapping_is_its_get() -> None:
-    assert conf_value({"ladder_enabled": False}, "ladder_enabled", {}) is False
-    assert conf_value({}, "ladder_enabled", {}) is None
+@pytest.mark.parametrize("app", _apps(), ids=["plain", "namespace", "pending", "old-style"])
+def test_a_setting_the_publish_does_not_watch_is_read_again_when_everything_is_asked_for(app: Any) -> None:
+    cache = SettingsCache(lambda: app.conf)
+    assert cache.get().queue_type == "classic"
+    app.conf.ladder_queue_type = "quorum"
+    assert cache.get(everything=True).queue_type == "quorum"
+    app.conf.ladder_hold_window = "nonsense"
+    with pytest.raises(ValueError, match="ladder_hold_window"):
+        cache.get(everything=True)
+
+
+def test_the_cache_of_a_plain_mapping_reads_its_get() -> None:
+    conf: dict[str, Any] = {"ladder_enabled": False}
+    cache = SettingsCache(lambda: conf)
+    assert cache.get().enabled is False
+    conf["ladder_enabled"] = True
+    assert cache.get().enabled is True
+    assert cache.get() == LadderSettings(enabled=True)
+
+
+def test_one_table_names_every_field_of_the_settings() -> None:
+    from dataclasses import fields
+
+    assert [s.field for s in SETTINGS] == [f.name for f in fields(LadderSettings)]
+    assert LadderSettings() == LadderSettings.from_conf({})
+    assert all(s.django == "CELERY_" + s.name.upper() for s in SETTINGS)
 
 
 @pytest.mark.parametrize("value", [

@@ -7,13 +7,14 @@ import itertools
 import pytest
 
 from kombu_ladder.contract import RUNGS
-from kombu_ladder.plan import choose_rung, hops_for
-from kombu_ladder.timing import (
+from kombu_ladder.plan import (
     HOLD,
     check_hold_capacity,
     check_hold_window,
+    choose_rung,
     fit_rung,
     forecast,
+    hops_for,
     step,
     tolerance_ms,
 )
@@ -149,9 +150,9 @@ def test_celery_setting_ladder_hold_window_errors_name_it(value: object, error: 
 
 
 def test_a_relay_with_holding_off_consumes_with_the_contracts_prefetch() -> None:
-    from kombu_ladder.relay import RelayCore
+    from kombu_ladder.relay import RelayCore, RelayOptions
 
-    assert RelayCore(hold_window=0).held.capacity == 0
+    assert RelayCore(options=RelayOptions(hold_window=0)).held.capacity == 0
     assert RelayCore().held.capacity == 2000
     with pytest.raises(ValueError, match="hold_window"):
-        RelayCore(hold_window=-1)
+        RelayOptions(hold_window=-1)

@@ -13,10 +13,12 @@ import celery_ladder
 __all__ = ["app", "make_app"]
 
 
-def make_app(broker_url: str, *, ladder: bool = True, allowed: Optional[list[str]] = None) -> Celery:
+def make_app(broker_url: str, *, ladder: bool = True, allowed: Optional[list[str]] = None,
+             exclusive_control: bool = False) -> Celery:
     """Return the fault-test app on ``broker_url``; ``ladder=False`` is vanilla Celery.
 
-    ``allowed`` becomes ``ladder_allowed_exchanges``.
+    ``allowed`` becomes ``ladder_allowed_exchanges``; ``exclusive_control`` sets Celery's
+    ``control_queue_exclusive`` (5.6+: remote-control queues that RabbitMQ 4.3 still accepts).
     """
     celery = Celery("faultapp", broker=broker_url)
     celery.conf.update(
@@ -25,6 +27,7 @@ def make_app(broker_url: str, *, ladder: bool = True, allowed: Optional[list[str
         task_default_queue="faults.tasks",
         worker_prefetch_multiplier=4,
         ladder_allowed_exchanges=allowed,
+        control_queue_exclusive=exclusive_control,
     )
     if ladder:
         celery_ladder.install(celery)
@@ -42,4 +45,5 @@ def make_app(broker_url: str, *, ladder: bool = True, allowed: Optional[list[str
 _allowed = os.environ.get("LADDER_FAULT_ALLOWED")
 app = make_app(os.environ.get("LADDER_FAULT_BROKER", "memory://"),
                ladder=os.environ.get("LADDER_FAULT_VANILLA") != "1",
-               allowed=json.loads(_allowed) if _allowed else None)
+               allowed=json.loads(_allowed) if _allowed else None,
+               exclusive_control=os.environ.get("LADDER_FAULT_EXCLUSIVE_CONTROL") == "1")

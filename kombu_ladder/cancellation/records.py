@@ -1,0 +1,230 @@
+"""Cancellation records and the set of live cancelled ids (pure: no kombu, no I/O)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from ..contract import RUNGS
+
+__all__ = [
+    "STREAM", "STREAM_ARGUMENTS", "STREAM_EXCHANGE", "STREAM_EXCHANGE_TYPE", "MARGIN", "SLACK", "LONGEST_RUNG",
+    "LIFE", "MAX_ID_BYTES", "MAX_RECORD_BYTES", "Record", "RecordError", "LiveSet", "encode", "encode_marker",
+    "decode", "check_id",
+]
+
+#: The durable stream that holds every cancellation record. An extension of ours: it is not an
+#: AceMQ contract name (``acemq.schedule*`` is the contract's), and no AceMQ peer reads it.
+STREAM = "ladder.cancellations"
+#: Its arguments (part of the topology: other relays of ours declare the stream with these, so they do
+#: not change). Retention (``x-max-age``) is longer than the longest delay the ladder accepts; what a
+#: relay *reads* is bounded instead: the records of the last :data:`LIFE` (see ``relay.cancelwatch``).
+STREAM_ARGUMENTS = {"x-queue-type": "stream", "x-max-age": "11Y"}
+#: The exchange cancellers publish their records to, bound to the stream: writing it is the right to
+#: cancel, and nothing more (write on the default exchange would reach every queue of the vhost).
+#: Same name as the stream: one permission regexp covers both.
+STREAM_EXCHANGE = STREAM
+#: Its type: every record it takes goes to the stream, whatever the routing key.
+STREAM_EXCHANGE_TYPE = "fanout"
+#: How long (ms) a message may wait in ``acemq.schedule.due`` before a relay takes it (every relay
+#: down, a backlog) and still be dropped when its cancellation is: past its due time, or past the
+#: moment it left its rung.
+MARGIN = 24 * 3600 * 1000
+#: The longest (ms) a waiting message goes without reaching a relay: the longest rung's TTL. A message
+#: waiting when a cancellation is written leaves its rung within this.
+LONGEST_RUNG = max(RUNGS) * 1000
+#: How far (ms) the clocks of a canceller and of the broker may disagree, and how late a relay may
+#: read a record it races with: a message that entered its rung up to this long *after* a
+#: cancellation was written still counts as waiting when it was.
+SLACK = 30 * 1000
+#: How long (ms) after it was written a record can still drop a message: the message was waiting then,
+#: so it left its rung within :data:`LONGEST_RUNG` (plus :data:`SLACK`), and a relay took it within
+#: :data:`MARGIN` of that. An older record can match nothing, and a relay need not read it.
+LIFE = LONGEST_RUNG + SLACK + MARGIN
+#: The longest an AMQP ``message_id`` may be (a shortstr), in UTF-8 bytes.
+MAX_ID_BYTES = 255
+#: A record bigger than this is not one of ours: it is skipped unread.
+MAX_RECORD_BYTES = 4096
+#: The ``ladder`` field of a cancellation, and of the marker a relay writes to know it has caught up.
+KIND_CANCEL = "cancel"
+KIND_MARKER = "marker"
+#: What the canceller said its id was: the AMQP ``message_id`` (Kombu), or a Celery task id, which
+#: Celery sends as the ``correlation_id`` of a task message (and not as its ``message_id``). A relay
+#: matches a record against both whatever its key says (one meaning for an id); relays
+#: released before this one matched only the one named, so writers still name the one they mean.
+KEYS = ("message_id", "task_id")
+#: The record format's version.
+VERSION = 1
+
+
+class RecordError(ValueError):
+    """A record on the stream that is not a valid cancellation (the reason is the message)."""
+
+
+@dataclass(frozen=True)
+class Record:
+    """One decoded record: a cancellation of ``id``, or a relay's catch-up ``marker``."""
+
+    kind: str
+    id: str
+    #: When it was written (epoch ms).
+    at: int
+    #: The cancelled message's due time (epoch ms), when the canceller knew it.
+    due: Optional[int] = None
+    #: What ``id`` is: one of :data:`KEYS`.
+    key: str = "message_id"
+
+
+def check_id(message_id: Any, *, argument: str = "message_id") -> str:
+    """Return ``message_id`` if it can be an AMQP message id (a non-empty str of at most 255 UTF-8 bytes).
+
+    Raises:
+        TypeError: it is not a str.
+        ValueError: it is empty or too long.
+    """
+    if not isinstance(message_id, str):
+        raise TypeError(f"{argument} must be a str, not {type(message_id).__name__}")
+    if not message_id:
+        raise ValueError(f"{argument} must not be empty")
+    if len(message_id.encode("utf-8", "surrogatepass")) > MAX_ID_BYTES:
+        raise ValueError(f"{argument} is longer than {MAX_ID_BYTES} bytes in UTF-8, which no AMQP message id can be")
+    return message_id
+
+
+def _millis(value: Any, field: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2 ** 53:
+        raise RecordError(f"field {field!r} must be epoch milliseconds (a non-negative integer), not {value!r:.40}")
+    return value
+
+
+def encode(message_id: str, *, at: int, due: Optional[int] = None, key: str = "message_id") -> bytes:
+    """Return the record (JSON bytes) cancelling ``message_id``, written at ``at`` (epoch ms).
+
+    ``key`` says what the id is matched against (see :data:`KEYS`).
+    """
+    check_id(message_id)
+    if key not in KEYS:
+        raise ValueError(f"key must be one of {', '.join(KEYS)}, not {key!r}")
+    record: dict[str, Any] = {"ladder": KIND_CANCEL, "v": VERSION, "id": message_id, "at": _millis(at, "at")}
+    if key != "message_id":
+        record["key"] = key
+    if due is not None:
+        record["due"] = _millis(due, "due")
+    return json.dumps(record, separators=(",", ":")).encode("utf-8")
+
+
+def encode_marker(token: str, *, at: int) -> bytes:
+    """Return a catch-up marker: a relay that reads its own marker has read every earlier record."""
+    return json.dumps({"ladder": KIND_MARKER, "v": VERSION, "id": token, "at": _millis(at, "at")},
+                      separators=(",", ":")).encode("utf-8")
+
+
+def decode(body: Any) -> Record:
+    """Read one untrusted record from the stream.
+
+    Raises:
+        RecordError: it is not a valid record (too big, not JSON, a wrong field); the reason says which.
+    """
+    if not isinstance(body, (bytes, bytearray, memoryview)):
+        raise RecordError(f"its body is a {type(body).__name__}, not bytes")
+    if len(body) > MAX_RECORD_BYTES:
+        raise RecordError(f"it is {len(body)} bytes, more than {MAX_RECORD_BYTES}")
+    try:
+        record = json.loads(bytes(body).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise RecordError(f"its body is not UTF-8 JSON: {type(exc).__name__}") from None
+    if not isinstance(record, dict):
+        raise RecordError("its body is not a JSON object")
+    kind = record.get("ladder")
+    if kind not in (KIND_CANCEL, KIND_MARKER):
+        raise RecordError(f"field 'ladder' must be 'cancel' or 'marker', not {kind!r:.40}")
+    if record.get("v") != VERSION or isinstance(record.get("v"), bool):
+        raise RecordError(f"field 'v' must be {VERSION}, not {record.get('v')!r:.40}")
+    try:
+        message_id = check_id(record.get("id"), argument="field 'id'")
+    except (TypeError, ValueError) as exc:
+        raise RecordError(str(exc)) from None
+    due = record.get("due")
+    key = record.get("key", "message_id")
+    if key not in KEYS:
+        raise RecordError(f"field 'key' must be one of {', '.join(KEYS)}, not {key!r:.40}")
+    return Record(kind, message_id, _millis(record.get("at"), "at"), None if due is None else _millis(due, "due"),
+                  key)
+
+
+class LiveSet:
+    """The ids of the live cancellations: each with when it was written and until when it lives (epoch ms).
+
+    A record lives until it was written plus :data:`LIFE`, or its message's due
+    time plus :data:`MARGIN` when the canceller knew it and that is sooner. It
+    cancels only a message that was waiting when it was written: one that
+    entered its current rung no later than the record was written plus
+    :data:`SLACK` (see :meth:`cancelled`); a message with the same id
+    scheduled later is not its business. :meth:`prune` forgets the expired
+    ones; it scans the whole set, so callers run it now and then (see
+    ``prune_every_ms``), not per message.
+    """
+
+    def __init__(self, *, margin_ms: int = MARGIN, slack_ms: int = SLACK, life_ms: int = LIFE,
+                 prune_every_ms: int = 60_000) -> None:
+        if margin_ms < 0 or slack_ms < 0 or life_ms < 0:
+            raise ValueError("margin_ms, slack_ms and life_ms must not be negative")
+        self.margin_ms = margin_ms
+        self.slack_ms = slack_ms
+        self.life_ms = life_ms
+        self.prune_every_ms = prune_every_ms
+        #: id -> (the latest time a record for it was written, the latest expiry of those records).
+        self._records: dict[str, tuple[int, int]] = {}
+        self._next_prune = 0
+
+    def expiry(self, record: Record) -> int:
+        """When (epoch ms) ``record``'s cancellation stops mattering."""
+        until = record.at + self.life_ms
+        if record.due is not None:
+            until = min(until, record.due + self.margin_ms)
+        return until
+
+    def add(self, record: Record, now: int) -> bool:
+        """Keep ``record``'s cancellation; False (not kept) if it has expired already.
+
+        Several live records for one id are kept as one: the latest written and
+        the latest expiry (which errs toward cancelling, never toward delivering).
+        """
+        until = self.expiry(record)
+        if until <= now:
+            return False
+        at, old_until = self._records.get(record.id, (record.at, until))
+        self._records[record.id] = (max(at, record.at), max(old_until, until))
+        return True
+
+    def cancelled(self, message_id: Any, now: int, *, entered: Optional[int] = None) -> bool:
+        """Whether a message with this id is cancelled at ``now`` (epoch ms).
+
+        ``entered`` is when the message entered the rung it just left (epoch ms),
+        when known: a message that entered it later than the record was written
+        (plus :data:`SLACK`) was scheduled after the cancellation, and is not
+        cancelled by it. Unknown (None), the id alone decides.
+        """
+        if not isinstance(message_id, str):
+            return False
+        found = self._records.get(message_id)
+        if found is None or found[1] <= now:
+            return False
+        return entered is None or entered <= found[0] + self.slack_ms
+
+    def prune(self, now: int, *, force: bool = False) -> int:
+        """Forget the expired cancellations (at most once per ``prune_every_ms`` unless forced); return how many."""
+        if not force and now < self._next_prune:
+            return 0
+        self._next_prune = now + self.prune_every_ms
+        expired = [key for key, (_, until) in self._records.items() if until <= now]
+        for key in expired:
+            del self._records[key]
+        return len(expired)
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __contains__(self, message_id: object) -> bool:
+        return message_id in self._records

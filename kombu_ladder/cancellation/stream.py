@@ -1,0 +1,157 @@
+"""cancel(): record a cancellation durably in the ``ladder.cancellations`` stream (confirmed)."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any, Callable, Iterable, Optional, Union
+
+from kombu import Producer
+
+from ..carry import waiting_for_confirms
+from ..errors import CancellationsUnavailable
+from ..link import clock_of
+from ..plan import to_millis
+from .records import STREAM, STREAM_ARGUMENTS, STREAM_EXCHANGE, STREAM_EXCHANGE_TYPE, check_id, encode
+
+__all__ = ["cancel", "cancel_many", "declare_stream", "declare_cancellations", "CancellationsUnavailable"]
+
+logger = logging.getLogger(__name__)
+
+I_CANCELLED = "recorded a cancellation for id %r (due %s) in %s"
+I_FALLBACK = ("the exchange %s cannot take cancellations (%s); recording them through the default exchange "
+              "(run 'kombu-ladder declare' to create it)")
+E_UNAVAILABLE = ("cannot record cancellations: the exchange {exchange} {problem}, and writing to the stream "
+                 "{stream} through the default exchange was refused too ({reason}). A canceller needs write on "
+                 "{exchange} (kombu_ladder.permissions.canceller), and the operator declares the exchange and "
+                 "binds it with 'kombu-ladder declare' (or 'celery ladder declare')")
+
+#: Reply codes of a publish to the exchange that leave the old way to try: the exchange is missing, not
+#: bound (the record was returned), or not this user's to write.
+_NOT_SET_UP = {404: "does not exist", 312: "is not bound to the stream (the record was returned unrouted)",
+               403: "may not be written by this user"}
+
+#: A due time: an aware datetime, or epoch milliseconds.
+Due = Union[datetime, int, None]
+
+
+def declare_stream(channel: Any) -> None:
+    """Declare the cancellation stream on ``channel`` (durable, retention past the longest delay)."""
+    channel.queue_declare(queue=STREAM, durable=True, auto_delete=False, arguments=dict(STREAM_ARGUMENTS))
+
+
+def declare_cancellations(connection_or_channel: Any) -> None:
+    """Declare the stream, the exchange cancellers publish to
+    (:data:`~kombu_ladder.cancellation.records.STREAM_EXCHANGE`) and its binding to the stream: what the
+    operator's ``declare`` sets up. On a channel of its own when given a :class:`kombu.Connection`."""
+    if hasattr(connection_or_channel, "default_channel"):
+        channel = connection_or_channel.channel()
+        try:
+            return declare_cancellations(channel)
+        finally:
+            _close_quietly(channel)
+    channel = connection_or_channel
+    declare_stream(channel)
+    channel.exchange_declare(STREAM_EXCHANGE, STREAM_EXCHANGE_TYPE, durable=True, auto_delete=False)
+    channel.queue_bind(STREAM, STREAM_EXCHANGE, "")
+
+
+def _due_ms(due: Due) -> Optional[int]:
+    if due is None:
+        return None
+    if isinstance(due, datetime):
+        return to_millis(due, argument="due")
+    if isinstance(due, int) and not isinstance(due, bool) and due >= 0:
+        return due
+    raise TypeError(f"due must be an aware datetime or epoch milliseconds, not {due!r}")
+
+
+def cancel_many(connection: Any, message_ids: Iterable[str], *, due: Due = None,
+                clock: Optional[Callable[[], float]] = None, key: str = "message_id") -> int:
+    """Record a cancellation for every id in ``message_ids``; return how many records, once all are confirmed.
+
+    A record applies to whichever message with its id is waiting when it is written: one
+    whose AMQP ``message_id`` is the id, or a Celery task message whose task id is. Every
+    relay drops that message at its next hop or delivery. A message scheduled later with
+    the same id is not cancelled (see :ref:`how-cancel`). Whether a message with the id is
+    waiting is not checked: the count is of records written, not of messages cancelled.
+
+    Arguments:
+        connection: a :class:`kombu.Connection` (RabbitMQ, or the simulator).
+        message_ids: AMQP message ids or Celery task ids.
+        due: the messages' due time, when known: an aware datetime or epoch ms. A record
+            with a due time is forgotten a day after it, if that is sooner than a day and
+            an hour after it was written (:data:`~kombu_ladder.cancellation.records.LIFE`).
+        clock: epoch seconds, for the record's timestamp (default: the wall clock, or the
+            simulator's virtual clock on a ``ladder-sim://`` connection).
+        key: what the caller means the ids as: ``"message_id"``, or ``"task_id"`` for Celery
+            task ids (which Celery sends as a task message's ``correlation_id``). Relays of this
+            release match both whatever it says; older ones match only the one named.
+
+    The records go to the exchange ``ladder.cancellations`` (bound to the stream by the
+    operator's ``declare``): writing to it is all a canceller needs. Where it does not exist
+    yet, or is not bound, they go to the stream through the default exchange, declared first,
+    as releases before the exchange did (that needs configure on the stream and write on
+    ``amq.default``).
+
+    Raises:
+        TypeError, ValueError: an id that cannot be an AMQP message id, or a bad ``due``.
+        CancellationsUnavailable: neither way is open to this user.
+    """
+    ids = [check_id(message_id) for message_id in message_ids]
+    clock = clock_of(connection, clock)
+    due_ms = _due_ms(due)
+    if not ids:
+        return 0
+    bodies = [(message_id, encode(message_id, at=int(clock() * 1000), due=due_ms, key=key)) for message_id in ids]
+    channel = waiting_for_confirms(connection.channel())
+    try:
+        try:  # through the exchange: all a canceller may write (the first record tells whether it is set up)
+            _publish(channel, STREAM_EXCHANGE, bodies[:1])
+        except connection.channel_errors as exc:
+            problem = _NOT_SET_UP.get(getattr(exc, "reply_code", 0))
+            if problem is None:
+                raise
+            logger.debug(I_FALLBACK, STREAM_EXCHANGE, problem)
+            _close_quietly(channel)
+            channel = waiting_for_confirms(connection.channel())
+            try:  # the way of the releases before the exchange: needs configure on the stream and amq.default
+                declare_stream(channel)
+                _publish(channel, "", bodies)
+            except connection.channel_errors as refused:
+                raise CancellationsUnavailable(E_UNAVAILABLE.format(
+                    exchange=STREAM_EXCHANGE, problem=problem, stream=STREAM,
+                    reason=getattr(refused, "reply_text", None) or refused)) from None
+        else:
+            _publish(channel, STREAM_EXCHANGE, bodies[1:])
+    finally:
+        _close_quietly(channel)
+    for message_id, _ in bodies:
+        logger.info(I_CANCELLED, message_id, "unknown" if due_ms is None else due_ms, STREAM)
+    return len(ids)
+
+
+def _publish(channel: Any, exchange: str, bodies: list[tuple[str, bytes]]) -> None:
+    """Publish each record to ``exchange`` (the stream's name as routing key), mandatory, each confirmed."""
+    producer = Producer(channel, routing_key=STREAM, auto_declare=False)
+    for _, body in bodies:
+        producer.publish(body, exchange=exchange, routing_key=STREAM, content_type="application/json",
+                         content_encoding="utf-8", delivery_mode=2, mandatory=True)
+
+
+def _close_quietly(channel: Any) -> None:
+    try:
+        channel.close()
+    except Exception:  # noqa: BLE001 - a dead connection (or a closed channel) has nothing to close
+        logger.debug("closing the cancellation channel failed", exc_info=True)
+
+
+def cancel(connection: Any, message_id: str, *, due: Due = None,
+           clock: Optional[Callable[[], float]] = None) -> None:
+    """Record a cancellation for ``message_id`` (a message id or a Celery task id); return once confirmed.
+
+    Every relay, including one started later, drops the message with that id
+    waiting now when it next reaches it (at a hop or at delivery); one scheduled
+    later with the same id is delivered. See :func:`cancel_many` for the arguments.
+    """
+    cancel_many(connection, [message_id], due=due, clock=clock)

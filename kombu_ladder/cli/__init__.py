@@ -1,0 +1,383 @@
+"""``kombu-ladder``: operate the ladder from a shell (a click application over :mod:`kombu_ladder.cli.commands`)."""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Optional, Sequence
+
+import click
+from kombu import Connection
+
+from .. import __version__
+from ..brokers import DEFAULT_BROKER
+from ..compat import is_no_args_help
+from ..link import clock_of
+from . import checks, commands, options, oversight, waiting
+
+__all__ = ["cli", "main", "BROKER_ENV"]
+
+#: The environment variable that names the broker when ``--broker`` is not given.
+BROKER_ENV = "KOMBU_LADDER_BROKER"
+
+#: Levels ``--log-level`` accepts.
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """Keep an option given before or after the subcommand; the one nearer the subcommand wins."""
+    if value is not None:
+        ctx.find_root().ensure_object(dict)[param.name] = value
+    return value
+
+
+def _common_options(*, top: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--broker`` and ``--log-level``, accepted before the subcommand (``top``) and after it."""
+
+    def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
+        f = click.option(
+            "--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False), metavar="LEVEL",
+            default=None, expose_value=False, callback=_remember,
+            help="Logging level: DEBUG, INFO, WARNING, ERROR or CRITICAL [default: INFO for relay; WARNING for "
+                 "the commands that print their result].",
+        )(f)
+        return click.option(
+            "--broker", metavar="URL", default=DEFAULT_BROKER if top else None, envvar=BROKER_ENV if top else None,
+            expose_value=False, callback=_remember,
+            help=f"RabbitMQ URL [default: ${BROKER_ENV}, else {DEFAULT_BROKER}].",
+        )(f)
+
+    return decorate
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="kombu-ladder", message="%(prog)s %(version)s",
+                      help="Print the version and exit.")
+@_common_options(top=True)
+def cli() -> None:
+    """Operate the ladder of delayed messages (the AceMQ TTL queues) on RabbitMQ.
+
+    \b
+    --broker and --log-level go before or after the command:
+      kombu-ladder status --broker amqp://guest:guest@localhost//
+      kombu-ladder --broker amqp://guest:guest@localhost// status
+    are the same. 'kombu-ladder COMMAND --help' shows a command's options.
+    """
+
+
+def _root_options() -> dict[str, str]:
+    return click.get_current_context().find_root().ensure_object(dict)
+
+
+@contextmanager
+def _broker(*, log_level: str = commands.QUIET_LOG_LEVEL) -> Iterator[Connection]:
+    """The connected broker of ``--broker``, with logging set up from ``--log-level`` (else ``log_level``)."""
+    root = _root_options()
+    commands.configure_logging(root.get("log_level") or log_level)
+    with commands.open_connection(root.get("broker", DEFAULT_BROKER)) as connection, \
+            commands.connected(connection):
+        yield connection
+
+
+@cli.command()
+@options.queue_type_option()
+@_common_options(top=False)
+def declare(queue_type: Optional[str]) -> None:
+    """Declare the exchange, the rungs, the control and parking queues, and the cancellation stream.
+
+    Prints the contract's queue names, longest rung first. Idempotent.
+    """
+    with _broker() as connection:
+        commands.declare(connection, queue_type=queue_type)
+
+
+@cli.command()
+@options.parked_option()
+@options.due_option()
+@options.json_option()
+@_common_options(top=False)
+def status(parked: int, due: bool, as_json: bool) -> None:
+    """Show each rung's depth and consumers, the control and parking queues, and why messages are parked."""
+    with _broker() as connection:
+        commands.status(connection, parked=parked, as_json=as_json, due=due)
+
+
+@cli.command()
+@checks.min_relays_option()
+@checks.max_backlog_option()
+@checks.max_parked_option()
+@options.json_option()
+@options.queue_type_option(help="Check the topology against this profile [default: the profile the ladder is "
+                                "declared with, else classic].")
+@_common_options(top=False)
+def check(min_relays: int, max_backlog: int, max_parked: Optional[int], as_json: bool,
+          queue_type: Optional[str]) -> None:
+    """Exit 0 if the ladder is healthy, else 1 with one line saying why (for probes and deploy scripts).
+
+    Healthy: the exchange and queues are declared as the contract says, at least
+    one relay consumes acemq.schedule.due, and fewer than --max-backlog messages
+    wait there, and ladder.cancellations is the stream the relays read. Exit status
+    69 when the broker cannot be reached.
+    """
+    with _broker() as connection:
+        oversight.check(connection, min_relays=min_relays, max_backlog=max_backlog, max_parked=max_parked,
+                        as_json=as_json, queue_type=queue_type)
+
+
+@cli.command()
+@click.argument("ids", metavar="ID...", nargs=-1, type=options.MessageId())
+@waiting.task_option(help="Cancel every waiting Celery task of this name the index knows of.")
+@waiting.target_option(help="Cancel every waiting message for this target exchange the index knows of ('' is the "
+                            "default exchange; with --routing-key, only those).")
+@waiting.routing_key_option()
+@waiting.due_before_option()
+@waiting.due_after_option()
+@waiting.dry_run_option()
+@waiting.index_option()
+@_common_options(top=False)
+def cancel(ids: tuple[str, ...], task: Optional[str], target: Optional[str], routing_key: Optional[str],
+           due_before: Optional[int], due_after: Optional[int], dry_run: bool, index_path: Optional[str]) -> None:
+    """Cancel waiting messages by id (an AMQP message id or a Celery task id), or in bulk with --task or --target.
+
+    A cancellation is recorded in the ladder.cancellations stream for each id; every
+    relay, including one started later, drops the message with that id that is
+    waiting now at its next hop or delivery. Whether one is waiting is not checked; a
+    message already delivered is not taken back, and one scheduled later with the
+    same id is not cancelled.
+
+    \b
+    In bulk, the ids come from the index of waiting work (see 'waiting'), read
+    up to date first: only messages scheduled with the index on are covered.
+    --dry-run prints them and their count and records nothing.
+    """
+    found = waiting.filter_of(due_before=due_before, due_after=due_after, target=target, routing_key=routing_key,
+                              task=task)
+    waiting.check_cancel(ids, found, command="kombu-ladder cancel")
+    with _broker() as connection:
+        waiting.cancel(connection, ids, found, url=_root_options().get("broker", DEFAULT_BROKER),
+                       index_path=index_path, now=lambda: _now_ms(connection), dry_run=dry_run)
+
+
+def _now_ms(connection: Optional[Connection]) -> int:
+    """Now in epoch ms: the broker's clock (virtual on the simulator), or the wall clock without one."""
+    return int(clock_of(connection)() * 1000) if connection is not None else int(time.time() * 1000)
+
+
+@contextmanager
+def _index(index_path: Optional[str], no_sync: bool) -> Iterator[tuple[Any, int]]:
+    """The index (read up to date from --broker unless ``no_sync``) and now, in epoch ms."""
+    url = _root_options().get("broker", DEFAULT_BROKER)
+    if no_sync:
+        commands.configure_logging(_root_options().get("log_level") or commands.QUIET_LOG_LEVEL)
+        store = waiting.open_index(url, index_path)
+        try:
+            yield store, _now_ms(None)
+        finally:
+            store.close()
+        return
+    with _broker() as connection:
+        store = waiting.open_index(url, index_path, connection)
+        try:
+            yield store, _now_ms(connection)
+        finally:
+            store.close()
+
+
+@cli.group(name="waiting")
+def waiting_group() -> None:
+    """Find, list and count waiting messages in the index of waiting work (ladder.index).
+
+    \b
+    The index holds what producers with the index on scheduled (LadderProducer(index=True),
+    Scheduler.on(index=True), Celery's ladder_index = True); each command first reads
+    what is new in it into a local file (--no-sync: not). A message is waiting
+    until its due time, unless a cancellation names it.
+    """
+
+
+@waiting_group.command(name="find")
+@click.argument("ident", metavar="ID", type=options.MessageId())
+@options.json_option()
+@waiting.index_option()
+@waiting.no_sync_option()
+@_common_options(top=False)
+def waiting_find(ident: str, as_json: bool, index_path: Optional[str], no_sync: bool) -> None:
+    """Find a scheduled message by message id or Celery task id: due time, target, task, state.
+
+    Exit status 1 when the index has no message with ID.
+    """
+    with _index(index_path, no_sync) as (store, now):
+        waiting.find(store, ident, now, as_json=as_json)
+
+
+@waiting_group.command(name="list")
+@waiting.due_before_option()
+@waiting.due_after_option()
+@waiting.target_option()
+@waiting.routing_key_option()
+@waiting.task_option()
+@waiting.everything_option()
+@waiting.page_limit_option()
+@waiting.page_offset_option()
+@options.json_option()
+@waiting.index_option()
+@waiting.no_sync_option()
+@_common_options(top=False)
+def waiting_list(due_before: Optional[int], due_after: Optional[int], target: Optional[str],
+                 routing_key: Optional[str], task: Optional[str], everything: bool, limit: int, offset: int,
+                 as_json: bool, index_path: Optional[str], no_sync: bool) -> None:
+    """List waiting messages, soonest due first, a page at a time."""
+    found = waiting.filter_of(due_before=due_before, due_after=due_after, target=target, routing_key=routing_key,
+                              task=task, everything=everything)
+    with _index(index_path, no_sync) as (store, now):
+        waiting.listing(store, found, now, limit=limit, offset=offset, as_json=as_json)
+
+
+@waiting_group.command(name="count")
+@waiting.by_option()
+@waiting.due_before_option()
+@waiting.due_after_option()
+@waiting.target_option()
+@waiting.routing_key_option()
+@waiting.task_option()
+@waiting.everything_option()
+@options.json_option()
+@waiting.index_option()
+@waiting.no_sync_option()
+@_common_options(top=False)
+def waiting_count(by: Optional[str], due_before: Optional[int], due_after: Optional[int], target: Optional[str],
+                  routing_key: Optional[str], task: Optional[str], everything: bool, as_json: bool,
+                  index_path: Optional[str], no_sync: bool) -> None:
+    """Count waiting messages: in all, or per due hour, target or Celery task name (--by)."""
+    found = waiting.filter_of(due_before=due_before, due_after=due_after, target=target, routing_key=routing_key,
+                              task=task, everything=everything)
+    with _index(index_path, no_sync) as (store, now):
+        waiting.count(store, found, now, by=by, as_json=as_json)
+
+
+@cli.command()
+@click.argument("ident", metavar="ID", type=options.MessageId())
+@checks.find_limit_option()
+@checks.every_option()
+@options.json_option()
+@_common_options(top=False)
+def find(ident: str, limit: int, every: bool, as_json: bool) -> None:
+    """Find a waiting message by message id or Celery task id: its rung, due time and target.
+
+    It looks into the rungs, longest first, then acemq.schedule.due and
+    acemq.schedule.parked, and puts every message back at its place. Exit
+    status 1 when no waiting message has ID.
+    """
+    with _broker() as connection:
+        oversight.find_message(connection, ident, limit=limit, every=every, as_json=as_json)
+
+
+@cli.command()
+@click.argument("ident", metavar="ID", type=options.MessageId())
+@click.argument("when", metavar="WHEN", type=options.When())
+@checks.find_limit_option()
+@options.json_option()
+@_common_options(top=False)
+def reschedule(ident: str, when: Any, limit: int, as_json: bool) -> None:
+    """Make a waiting message due at WHEN: seconds from now (0: now), or an ISO 8601 time with its offset.
+
+    ID is a message id or a Celery task id. The message is found as 'find' finds
+    it, then, in one transaction, a copy due at WHEN goes into acemq.schedule.due
+    and the original is taken: it reaches its target once. A Celery task gets WHEN
+    as its eta. Exit status 1 when no waiting message has ID (nothing is moved).
+    """
+    with _broker() as connection:
+        oversight.move_message(connection, ident, when, limit=limit, as_json=as_json)
+
+
+@cli.command(name="run-now")
+@click.argument("ident", metavar="ID", type=options.MessageId())
+@checks.find_limit_option()
+@options.json_option()
+@_common_options(top=False)
+def run_now(ident: str, limit: int, as_json: bool) -> None:
+    """Deliver a waiting message now: 'reschedule ID 0'."""
+    with _broker() as connection:
+        oversight.move_message(connection, ident, 0.0, limit=limit, as_json=as_json)
+
+
+@cli.command()
+@options.limit_option(help="Replay at most N parked messages.")
+@options.match_option()
+@options.queue_type_option()
+@_common_options(top=False)
+def replay(limit: Optional[int], match: Optional[str], queue_type: Optional[str]) -> None:
+    """Send parked messages back through the relay, once their route is fixed.
+
+    Each is confirmed on the control queue before it leaves the parking queue.
+    """
+    with _broker() as connection:
+        commands.replay(connection, limit=limit, match=match, queue_type=queue_type)
+
+
+@cli.command()
+@click.option("--to", required=True, metavar="URL", help="The broker to fill (--broker is the one emptied).")
+@options.limit_option(help="Move at most N messages from each queue.")
+@click.option("--keep-parked", is_flag=True, help="Leave acemq.schedule.parked where it is.")
+@options.queue_type_option(help="The queue profile to declare on --to [default: the one declared there, else "
+                                "the one declared on --broker, else classic].")
+@_common_options(top=False)
+def move(to: str, limit: Optional[int], keep_parked: bool, queue_type: Optional[str]) -> None:
+    """Move the waiting ladder from --broker to the broker at --to (blue-green), keeping every due time."""
+    with _broker() as connection:
+        commands.move(connection, to, limit=limit, keep_parked=keep_parked, queue_type=queue_type)
+
+
+@cli.command()
+@options.prefetch_option()
+@options.hold_window_option()
+@options.hold_bytes_option()
+@options.max_delay_option()
+@options.report_every_option()
+@options.allow_exchange_option()
+@options.metrics_port_option()
+@options.metrics_address_option()
+@options.metrics_interval_option()
+@options.queue_type_option()
+@_common_options(top=False)
+def relay(prefetch: int, hold_window: float, hold_bytes: int, max_delay: float, report_every: float,
+          allowed_exchanges: Sequence[str], metrics_port: Optional[int], metrics_address: str, metrics_interval: float,
+          queue_type: Optional[str]) -> None:
+    """Run a relay on --broker until SIGTERM or SIGINT.
+
+    It consumes acemq.schedule.due, hops each expired message into the next
+    rung or delivers it to its target, and parks what it cannot deliver.
+    Run one or more beside your consumers when no Celery worker relays.
+    With --metrics-port it serves Prometheus metrics at /metrics.
+    """
+    if metrics_port is not None:
+        commands.metrics_server()  # prometheus-client missing: say so before connecting
+    tuning = commands.relay_options(prefetch=prefetch, allowed_exchanges=options.allowed_or_none(allowed_exchanges),
+                                    hold_window=hold_window, hold_bytes=hold_bytes, max_delay=max_delay)
+    with _broker(log_level="INFO") as connection:
+        commands.relay(connection, options=tuning, report_every=report_every, metrics_port=metrics_port,
+                       metrics_address=metrics_address, metrics_interval=metrics_interval, queue_type=queue_type)
+
+
+def main(argv: Optional[Sequence[str]] = None, *, prog_name: str = "kombu-ladder") -> int:
+    """Run ``kombu-ladder`` with ``argv`` (default: ``sys.argv[1:]``); return the exit status.
+
+    Every error is one line on stderr: ``Error: ...``.
+    """
+    try:
+        result = cli.main(args=list(argv) if argv is not None else None, prog_name=prog_name,
+                          standalone_mode=False)
+    except click.UsageError as exc:
+        if is_no_args_help(exc):  # click 8.2+ (see kombu_ladder.compat)
+            click.echo(exc.ctx.get_help() if exc.ctx else str(exc), err=True)
+            return exc.exit_code
+        line = commands.usage_line(exc, prog_name)
+        line.show()
+        return line.exit_code
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.Abort:
+        click.echo("Aborted!", err=True)
+        return 1
+    return result if isinstance(result, int) else 0

@@ -1,0 +1,220 @@
+"""The options both command lines share (``kombu-ladder`` and ``celery ladder``): click decorators and types."""
+
+from __future__ import annotations
+
+import math
+import time
+from datetime import datetime
+from typing import Any, Callable, Optional, Sequence, Union
+
+import click
+
+from ..cancellation.records import check_id
+from ..contract import PREFETCH
+from ..plan import HOLD_BYTES, HOLD_WINDOW, MAX_DELAY, MAX_HOLD_BYTES
+from ..rescheduling import due_from
+
+__all__ = [
+    "Number", "MessageId", "MANY", "MAX_SECONDS",
+    "shared_option", "parked_option", "due_option", "json_option", "limit_option", "match_option",
+    "prefetch_option", "hold_window_option", "hold_bytes_option", "max_delay_option", "report_every_option",
+    "allow_exchange_option",
+    "queue_type_option", "metrics_port_option", "metrics_address_option", "metrics_interval_option",
+    "allowed_or_none",
+]
+
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+#: The most messages a count option takes (``--limit``, ``--parked``...): a billion, beyond any real queue.
+MANY = 10**9
+
+#: The longest a plain duration option may be (a day): a longer timeout or interval is a typo.
+MAX_SECONDS = 86400.0
+
+E_NOT_A_NUMBER = "{value!r} is not a {kind}."
+E_NOT_FINITE = "{value} is not a finite number."
+E_OUT_OF_RANGE = "{value} is not in the range {range}."
+
+
+class Number(click.FloatRange):
+    """A finite number between two bounds, for every numeric option of both command lines.
+
+    ``nan``, ``inf``, ``1e400`` and anything outside ``[min, max]`` are one usage error
+    naming the option (``Error: Invalid value for '--x': ...``, exit status 2), never a
+    traceback and never a value the command quietly misreads. Both bounds are required:
+    an option without an upper bound accepts a timeout of 1e9 s. ``integer=True`` takes
+    whole numbers only and returns an ``int``. It is a :class:`click.FloatRange`, so
+    ``--help`` shows the range.
+
+    Arguments:
+        min: the least value.
+        max: the greatest value (finite).
+        min_open: exclude ``min`` itself (``min=0, min_open=True``: more than 0).
+        max_open: exclude ``max`` itself.
+        integer: take whole numbers only.
+    """
+
+    def __init__(self, *, min: float, max: float, min_open: bool = False, max_open: bool = False,
+                 integer: bool = False) -> None:
+        if not (math.isfinite(min) and math.isfinite(max) and min <= max):
+            raise ValueError(f"a Number needs finite bounds, min <= max, not {min!r} and {max!r}")
+        super().__init__(min=min, max=max, min_open=min_open, max_open=max_open)
+        self.integer = integer
+        self.name = "integer" if integer else "float"
+
+    def convert(self, value: Any, param: Optional[click.Parameter],
+                ctx: Optional[click.Context]) -> Union[int, float]:
+        number = self._parse(value, param, ctx)
+        assert self.min is not None and self.max is not None  # set by __init__
+        below = number <= self.min if self.min_open else number < self.min
+        above = number >= self.max if self.max_open else number > self.max
+        if below or above:
+            self.fail(E_OUT_OF_RANGE.format(value=value, range=self._describe_range()), param, ctx)
+        return number
+
+    def _parse(self, value: Any, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> Union[int, float]:
+        kind = "whole number" if self.integer else "number"
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            self.fail(E_NOT_A_NUMBER.format(value=value, kind=kind), param, ctx)
+        try:
+            as_float = float(value)  # "1e400" reads as inf
+        except (ValueError, OverflowError):
+            self.fail(E_NOT_A_NUMBER.format(value=value, kind=kind), param, ctx)
+        if not math.isfinite(as_float):
+            self.fail(E_NOT_FINITE.format(value=value), param, ctx)
+        if not self.integer:
+            return as_float
+        try:
+            return int(value)
+        except ValueError:  # "1.5", "1e3": a whole number is written in digits
+            self.fail(E_NOT_A_NUMBER.format(value=value, kind=kind), param, ctx)
+
+    def _describe_range(self) -> str:
+        def text(bound: Any) -> str:
+            return str(int(bound)) if self.integer or float(bound).is_integer() else str(bound)
+
+        lower = "<" if self.min_open else "<="
+        upper = "<" if self.max_open else "<="
+        return f"{text(self.min)}{lower}x{upper}{text(self.max)}"
+
+
+class MessageId(click.ParamType):
+    """An AMQP message id (or Celery task id) argument: non-empty, at most 255 bytes in UTF-8."""
+
+    name = "id"
+
+    def convert(self, value: Any, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> str:
+        try:
+            return check_id(value, argument="an id")
+        except (TypeError, ValueError) as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class When(click.ParamType):
+    """A new due time: seconds from now (``90``, ``0.5``; 0 is now), or an ISO 8601 time with its offset
+    (``2026-12-24T18:00:00+01:00``, ``2026-12-24T17:00:00Z``); checked as the move will read it (finite, not
+    past ``max_delay``)."""
+
+    name = "when"
+
+    def convert(self, value: Any, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> Any:
+        if not isinstance(value, str):
+            return value
+        text = value.strip()
+        moment: Any
+        try:
+            moment = float(text)
+        except ValueError:
+            try:
+                moment = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text)
+            except ValueError:
+                self.fail(f"{value!r} is neither seconds from now nor an ISO 8601 time", param, ctx)
+            if moment.tzinfo is None:
+                self.fail(f"{value!r} has no UTC offset: add one (Z, +01:00) so that it names one moment",
+                          param, ctx)
+        try:
+            due_from(moment, time.time(), argument=repr(value))
+        except (TypeError, ValueError) as exc:
+            self.fail(str(exc), param, ctx)
+        return moment
+
+
+def _option(*names: str, **fixed: Any) -> Callable[..., Decorator]:
+    def factory(**extra: Any) -> Decorator:
+        return click.option(*names, **{**fixed, **extra})
+
+    return factory
+
+
+#: Make an option both command lines share: ``shared_option("--x", ...)(cls=CeleryOption, ...)``.
+shared_option = _option
+
+#: The greatest ``--max-delay``: a hundred years (the default is ten).
+MAX_MAX_DELAY = 100 * 365.25 * 86400
+
+#: ``status --parked N``.
+parked_option = _option(
+    "--parked", type=Number(min=0, max=MANY, integer=True), default=100, show_default=True, metavar="N",
+    help="Tally the parked reasons of the first N parked messages (0: none); they are only looked at.")
+#: ``status --due``.
+due_option = _option("--due", is_flag=True, help="Also bound how many messages fall due within a minute, an "
+                                                  "hour and a day, from the rung depths.")
+#: ``status --json``.
+json_option = _option("--json", "as_json", is_flag=True, help="Print one JSON document instead of tables.")
+#: ``replay/move --limit N``.
+limit_option = _option("--limit", type=Number(min=1, max=MANY, integer=True), default=None, metavar="N",
+                       help="At most N messages.")
+#: ``replay --match TEXT``.
+match_option = _option("--match", default=None, metavar="TEXT",
+                       help="Only messages whose x-ladder-parked-reason contains TEXT.")
+#: ``relay --prefetch N``.
+prefetch_option = _option(
+    "--prefetch", type=Number(min=1, max=65535, integer=True), default=PREFETCH, show_default=True, metavar="N",
+    help="Expired messages the relay takes at once for hops and deliveries (the contract's 50); held messages get "
+         "room of their own.")
+#: ``relay --hold-window SECONDS``.
+hold_window_option = _option(
+    "--hold-window", type=Number(min=0, max=600), default=HOLD_WINDOW, show_default=True,
+    metavar="SECONDS", help="Hold a message whose remaining delay is below this, unacked, and deliver it at its "
+                            "due time (0: off, deliveries up to 1 s early).")
+#: ``relay --hold-bytes BYTES``.
+hold_bytes_option = _option(
+    "--hold-bytes", type=Number(min=1, max=MAX_HOLD_BYTES, integer=True), default=HOLD_BYTES, show_default=True,
+    metavar="BYTES", help="Hold at most this many bytes of messages (bodies and properties); over it the relay "
+                          "takes no new messages until held ones are delivered.")
+#: ``relay --max-delay SECONDS``.
+max_delay_option = _option(
+    "--max-delay", type=Number(min=0, min_open=True, max=MAX_MAX_DELAY), default=float(MAX_DELAY), metavar="SECONDS",
+    help="Park, as malformed, a message due further ahead than this (default: ten years; a sanity bound that "
+         "catches due times in the wrong unit). Match the producers' max_delay.")
+#: ``relay --report-every SECONDS``.
+report_every_option = _option("--report-every", type=Number(min=0, min_open=True, max=MAX_SECONDS), default=30.0,
+                              show_default=True, metavar="SECONDS", help="Log the relay's counters this often.")
+#: ``relay --allow-exchange NAME`` (repeatable).
+allow_exchange_option = _option(
+    "--allow-exchange", "allowed_exchanges", multiple=True, metavar="NAME",
+    help="Deliver only to this target exchange; others are parked (repeatable; '' is the default exchange).")
+
+
+#: ``relay/declare/check/replay/move --queue-type classic|quorum``.
+queue_type_option = _option(
+    "--queue-type", type=click.Choice(["classic", "quorum"]), default=None, metavar="classic|quorum",
+    help="The queue profile: the contract's classic queues, or replicated quorum queues (off-contract: every "
+         "peer on the vhost must choose quorum too) [default: the profile the ladder is declared with, else "
+         "classic].")
+#: ``relay --metrics-port PORT``.
+metrics_port_option = _option(
+    "--metrics-port", type=Number(min=0, max=65535, integer=True), default=None, metavar="PORT",
+    help="Serve Prometheus metrics on this port at /metrics (needs the prometheus extra; 0: any free port).")
+#: ``relay --metrics-address ADDRESS``.
+metrics_address_option = _option("--metrics-address", default="127.0.0.1", show_default=True, metavar="ADDRESS",
+                                 help="The address --metrics-port listens on (0.0.0.0: every interface).")
+#: ``relay --metrics-interval SECONDS``.
+metrics_interval_option = _option(
+    "--metrics-interval", type=Number(min=0, min_open=True, max=MAX_SECONDS), default=15.0, show_default=True,
+    metavar="SECONDS", help="Sample the ladder's queue depths this often for the metrics (never per scrape).")
+
+
+def allowed_or_none(names: Sequence[str]) -> Optional[list[str]]:
+    """``--allow-exchange`` values as a relay's ``allowed_exchanges``: ``None`` (all) when none was given."""
+    return list(names) or None

@@ -1,0 +1,14 @@
+"""The index of waiting work: entries producers append to ``ladder.index``, read into a local SQLite file."""
+
+from __future__ import annotations
+
+from .query import BY, Filter, parse_when
+from .reader import INDEX_ENV, IndexUnavailable, SyncResult, default_path, sync
+from .records import STREAM, Entry, IndexRecordError
+from .store import IndexStore, Row
+from .writer import IndexWriter, declare_index
+
+__all__ = [
+    "STREAM", "Entry", "IndexRecordError", "IndexWriter", "declare_index", "IndexStore", "Row", "Filter", "BY",
+    "parse_when", "sync", "SyncResult", "IndexUnavailable", "default_path", "INDEX_ENV",
+]

@@ -1,0 +1,152 @@
+"""Adoption's pure part: what a worker decides for a task message, and the record format (issue 23)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from celery_ladder.adoption.records import (
+    ADOPT,
+    ADOPTED_HEADER,
+    CHECK,
+    MIN_AHEAD,
+    RUN,
+    Adopted,
+    Record,
+    RecordError,
+    decode,
+    encode,
+    encode_marker,
+    threshold,
+    verdict,
+)
+
+NOW = 1_800_000_000_000
+ETA = "2027-01-15T10:00:00+00:00"
+AHEAD = 10_000  # the default hold window, in ms
+
+
+@pytest.mark.parametrize("headers,redelivered,due,expected", [
+    ({"id": "a", "eta": ETA}, False, NOW + 600_000, ADOPT),            # ten minutes ahead
+    ({"id": "a", "eta": ETA}, False, NOW + AHEAD + 1, ADOPT),          # just past the hold window
+    ({"id": "a", "eta": ETA}, False, NOW + AHEAD, RUN),                # within it: the worker holds it
+    ({"id": "a", "eta": ETA}, False, NOW - 5_000, RUN),                # due already
+    ({"id": "a", "eta": ETA}, True, NOW + 600_000, CHECK),             # redelivered: was it adopted already?
+    ({"id": "a", "eta": ETA}, True, NOW - 5_000, CHECK),               # ... even when due (its copy may have run)
+    ({"id": "a", "eta": ETA, ADOPTED_HEADER: ETA}, False, NOW + 600_000, RUN),   # a copy: never adopted again
+    ({"id": "a", "eta": ETA, ADOPTED_HEADER: ETA}, True, NOW + 600_000, RUN),
+    ({"id": "a", "eta": ETA, ADOPTED_HEADER: "2026-01-01T00:00:00+00:00"}, False, NOW + 600_000, ADOPT),  # a retry
+    ({"id": "a", "eta": None}, False, NOW + 600_000, RUN),
+    ({"id": "a", "eta": ETA}, False, None, RUN),                       # an ETA the worker cannot read
+])
+def test_verdict(headers: dict[str, Any], redelivered: bool, due: Any, expected: str) -> None:
+    assert verdict(headers, redelivered=redelivered, due_ms=due, now_ms=NOW, ahead_ms=AHEAD) == expected
+
+
+@pytest.mark.parametrize("window,expected", [(10.0, 10.0), (0.0, MIN_AHEAD), (0.5, 1.0), (600, 600.0)])
+def test_the_threshold_is_the_hold_window_and_never_below_the_smallest_rung(window: float, expected: float) -> None:
+    assert threshold(window) == expected
+
+
+def test_a_record_round_trips_and_so_does_a_marker() -> None:
+    assert decode(encode("task-1", ETA, due=NOW)) == Record("adopted", "task-1", ETA, NOW)
+    assert decode(encode_marker("tok")) == Record("marker", "tok")
+    assert decode(encode("task-1", ETA, due=NOW).decode()) == Record("adopted", "task-1", ETA, NOW)  # py-amqp's str
+
+
+@pytest.mark.parametrize("given,why", [
+    (b"\xff\xfe", "not UTF-8 JSON"),
+    (b"[1]", "not a JSON object"),
+    (b"{" * 5000, "more than 4096"),
+    (json.dumps({"ladder": "cancel", "v": 1, "id": "x", "eta": ETA, "due": 1}).encode(), "field 'ladder'"),
+    (json.dumps({"ladder": "adopted", "v": 2, "id": "x", "eta": ETA, "due": 1}).encode(), "field 'v'"),
+    (json.dumps({"ladder": "adopted", "v": True, "id": "x", "eta": ETA, "due": 1}).encode(), "field 'v'"),
+    (json.dumps({"ladder": "adopted", "v": 1, "id": 7, "eta": ETA, "due": 1}).encode(), "field 'id'"),
+    (json.dumps({"ladder": "adopted", "v": 1, "id": "", "eta": ETA, "due": 1}).encode(), "field 'id'"),
+    (json.dumps({"ladder": "adopted", "v": 1, "id": "x", "eta": None, "due": 1}).encode(), "field 'eta'"),
+    (json.dumps({"ladder": "adopted", "v": 1, "id": "x", "eta": ETA, "due": -1}).encode(), "field 'due'"),
+    (json.dumps({"ladder": "adopted", "v": 1, "id": "x", "eta": ETA, "due": 1.5}).encode(), "field 'due'"),
+    (json.dumps({"ladder": "marker", "v": 1}).encode(), "field 'id'"),
+    (42, "not bytes"),
+])
+def test_a_bad_record_is_refused_with_its_reason(given: Any, why: str) -> None:
+    with pytest.raises(RecordError, match=why):
+        decode(given)
+
+
+def test_encode_refuses_what_no_record_can_hold() -> None:
+    with pytest.raises(RecordError, match="field 'id'"):
+        encode("", ETA, due=NOW)
+    with pytest.raises(RecordError, match="field 'due'"):
+        encode("a", ETA, due=-1)
+
+
+def test_an_adoption_is_known_by_id_and_eta_until_its_due_time_plus_the_margin() -> None:
+    adopted = Adopted(margin_ms=1000)
+    assert adopted.add(Record("adopted", "a", ETA, NOW + 5000), NOW)
+    assert ("a", ETA) in adopted and ("a", "another eta") not in adopted and ("b", ETA) not in adopted
+    assert not adopted.add(Record("adopted", "old", ETA, NOW - 2000), NOW)  # past due + margin: not kept
+    assert adopted.prune(NOW + 5999) == 0 and len(adopted) == 1
+    assert adopted.prune(NOW + 6000) == 1 and ("a", ETA) not in adopted
+
+
+class _Message:
+    """What the gate reads of a kombu message."""
+
+    def __init__(self, headers: dict[str, Any], redelivered: bool = False) -> None:
+        self.headers = headers
+        self.delivery_info = {"redelivered": redelivered}
+
+
+class _Adopter:
+    ahead_ms = AHEAD
+
+    def __init__(self) -> None:
+        self.jobs: list[Any] = []
+
+    def submit(self, job: Any) -> None:
+        self.jobs.append(job)
+
+
+def _gate(revoked: Any = ()) -> Any:
+    from celery_ladder.adoption.worker import Gate
+
+    return Gate(_Adopter(), clock=lambda: NOW / 1000, timezone=lambda: None, revoked=set(revoked))  # type: ignore[arg-type]
+
+
+def _iso(ms: int) -> str:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat()
+
+
+@pytest.mark.parametrize("headers,redelivered,revoked,expected", [
+    ({"id": "a", "eta": _iso(NOW + 600_000)}, False, (), ADOPT),
+    ({"id": "a", "eta": _iso(NOW + 600_000)}, True, (), CHECK),
+    ({"id": "a", "eta": _iso(NOW + 5_000)}, False, (), None),                           # within the hold window
+    ({"id": "a", "eta": _iso(NOW + 600_000)}, False, ("a",), None),                     # revoked: Celery discards it
+    ({"id": "a", "eta": _iso(NOW + 600_000), "expires": _iso(NOW - 1)}, False, (), None),  # expired: likewise
+    ({"id": "a", "eta": _iso(NOW + 600_000), "expires": _iso(NOW + 1_000)}, False, (), ADOPT),  # expires later on
+    ({"id": "a", "eta": "next tuesday"}, False, (), None),                              # unreadable: Celery says so
+    ({"id": "a"}, False, (), None),
+    ({"id": "a", "eta": _iso(NOW + 600_000), ADOPTED_HEADER: _iso(NOW + 600_000)}, False, (), None),  # a copy
+])
+def test_the_gate_hands_over_only_what_celery_would_hold(headers: dict[str, Any], redelivered: bool, revoked: Any,
+                                                         expected: Any) -> None:
+    gate = _gate(revoked)
+    ran: list[str] = []
+    strategy = gate.wrap(lambda message, body, ack, reject, callbacks=None: ran.append(message.headers["id"]))
+    message = _Message(dict(headers), redelivered)
+    strategy(message, None, None, None, None)
+    assert [job.verdict for job in gate.adopter.jobs] == ([] if expected is None else [expected])
+    assert ran == ([] if expected else ["a"])
+    assert ADOPTED_HEADER not in message.headers, "Celery never reads the adoption header"
+
+
+def test_a_stale_adoption_header_is_dropped_and_the_message_taken_for_an_original() -> None:
+    gate = _gate()
+    message = _Message({"id": "a", "eta": _iso(NOW + 600_000), ADOPTED_HEADER: _iso(NOW - 600_000)})
+    gate.wrap(lambda *args, **kwargs: None)(message, None, None, None)
+    assert [job.verdict for job in gate.adopter.jobs] == [ADOPT] and ADOPTED_HEADER not in message.headers
