@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from ..contract import RUNGS
+from ..jsonrecords import load_object, millis
 
 __all__ = [
     "STREAM", "STREAM_ARGUMENTS", "STREAM_EXCHANGE", "STREAM_EXCHANGE_TYPE", "MARGIN", "SLACK", "LONGEST_RUNG",
@@ -93,9 +94,7 @@ def check_id(message_id: Any, *, argument: str = "message_id") -> str:
 
 
 def _millis(value: Any, field: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2 ** 53:
-        raise RecordError(f"field {field!r} must be epoch milliseconds (a non-negative integer), not {value!r:.40}")
-    return value
+    return millis(value, field, error=RecordError)
 
 
 def encode(message_id: str, *, at: int, due: Optional[int] = None, key: str = "message_id") -> bytes:
@@ -126,16 +125,9 @@ def decode(body: Any) -> Record:
     Raises:
         RecordError: it is not a valid record (too big, not JSON, a wrong field); the reason says which.
     """
-    if not isinstance(body, (bytes, bytearray, memoryview)):
-        raise RecordError(f"its body is a {type(body).__name__}, not bytes")
-    if len(body) > MAX_RECORD_BYTES:
-        raise RecordError(f"it is {len(body)} bytes, more than {MAX_RECORD_BYTES}")
-    try:
-        record = json.loads(bytes(body).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise RecordError(f"its body is not UTF-8 JSON: {type(exc).__name__}") from None
-    if not isinstance(record, dict):
-        raise RecordError("its body is not a JSON object")
+    if isinstance(body, str):  # writers send bytes; a str here is refused, as it always was
+        raise RecordError("its body is a str, not bytes")
+    record = load_object(body, max_bytes=MAX_RECORD_BYTES, error=RecordError)
     kind = record.get("ladder")
     if kind not in (KIND_CANCEL, KIND_MARKER):
         raise RecordError(f"field 'ladder' must be 'cancel' or 'marker', not {kind!r:.40}")
