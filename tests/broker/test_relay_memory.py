@@ -29,10 +29,11 @@ pytestmark = pytest.mark.broker
 
 #: The issue's cases, at the default budget (64 MiB): 2,000 bodies of 256 KiB, and 400 bodies of 1 MiB,
 #: due 8 s ahead (the relay of 0.x peaked at 541-561 MB with the first).
-CASES = [pytest.param(2000, 256 * 1024, id="2000x256KiB"), pytest.param(400, 1024 * 1024, id="400x1MiB")]
+KIB, MIB = 1 << 10, 1 << 20
+CASES = [pytest.param(2000, 256 * KIB, id="2000x256KiB"), pytest.param(400, MIB, id="400x1MiB")]
 COUNTDOWN = 8.0
 #: A container's memory limit, on the relay's process alone.
-LIMIT = 400 * 1024 * 1024
+LIMIT = 400 * MIB
 TARGET = "t.memory.target"
 ROOT = Path(__file__).resolve().parents[2]
 V1, V2 = Path("/sys/fs/cgroup/memory"), Path("/sys/fs/cgroup")
