@@ -8,6 +8,7 @@ import uuid
 from pathlib import Path
 from typing import Iterator
 
+import celery_rpc_polling
 import pytest
 from helpers import IN_CI, purge_ladder, rabbitmqctl, require_broker, temporary_vhost, vhost_url
 from hostile_corpus import WRITE_PERMISSION
@@ -18,6 +19,8 @@ from kombu import Connection
 # at once) one example of a year's delay, 8,800 hops, can take longer than Hypothesis's 200 ms default.
 settings.register_profile("ladder", deadline=None)
 settings.load_profile("ladder")
+# Celery 5.6's rpc result client reconnects on each quiet poll and can drop a result meanwhile (see the module).
+celery_rpc_polling.apply()
 
 #: Fixtures that reach the real RabbitMQ: a test that uses one, directly or through another, is a broker test.
 BROKER_FIXTURES = frozenset({"rabbit_vhost", "broker_url", "connection"})

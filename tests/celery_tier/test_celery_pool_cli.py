@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
+import celery.exceptions
 import pytest
 from celery.utils.time import maybe_iso8601
 from helpers import ladder_counters, purge_ladder, queue_depth, vhost_url, wait_for, wait_for_counters
@@ -107,7 +108,11 @@ def test_pool_ladder_with_concurrency_and_queues_runs_delayed_tasks_on_time(publ
     when = publisher.tasks["poolapp.when"]
     results = [(delay, when.apply_async(countdown=delay, queue=POOL_QUEUE)) for delay in DELAYS]
     for delay, result in results:
-        got = result.get(timeout=max(DELAYS) + 20)
+        try:
+            got = result.get(timeout=max(DELAYS) + 20)
+        except celery.exceptions.TimeoutError:  # did the worker run it? its log says
+            pytest.fail(f"no result for countdown={delay} ({result.id}); the worker's log ends:\n"
+                        f"{pool_worker.output()[-4000:]}")
         late = got["at"] - maybe_iso8601(got["eta"]).timestamp()
         assert -0.02 <= late <= 1.5, f"countdown={delay} ran {late:+.3f}s from its ETA"
         assert got["routing_key"] == POOL_QUEUE
