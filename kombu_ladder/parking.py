@@ -7,7 +7,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Collection, Optional
 
-from .carry import confirming, prepare_copy, text_of
+from .carry import bytes_of, confirming, prepare_copy, text_of
 from .contract import CONTROL, EXCHANGE, PARKED_AT, PARKED_REASON, PARKING
 from .envelope import REFUSALS
 
@@ -142,9 +142,8 @@ def parked_messages(connection: Any, *, limit: int = 100) -> list[Parked]:
             if message is None:
                 break
             headers = dict(message.headers or {})
-            body = message.body if isinstance(message.body, bytes) else bytes(message.body or b"")
             found.append(Parked(position, text_of(headers.get(PARKED_ID)), _reason(message), headers,
-                                dict(message.properties or {}), body))
+                                dict(message.properties or {}), bytes_of(message.body)))
     finally:
         channel.close()  # the broker puts every unacked message back in its place
     return found
