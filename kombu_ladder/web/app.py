@@ -165,18 +165,18 @@ class _Pages:
                 except ValueError as exc:
                     return self.render(request, "error.html", status=400, message=str(exc))
                 fields["due_ms"] = str(due)
-                question = f"Make {ident} due at {iso(due)} ({ago(due, now)})?"
+                question = f"Make {shown(ident)} due at {iso(due)} ({ago(due, now)})?"
             else:
-                question = {"cancel": f"Cancel {ident}?", "run-now": f"Run {ident} now?"}[action]
+                question = {"cancel": f"Cancel {shown(ident)}?", "run-now": f"Run {shown(ident)} now?"}[action]
             return self.render(request, "confirm.html", action=action, question=question, fields=fields, rows=rows)
         if action in ("replay", "discard"):
             parked_id, reason = q.get("parked_id"), q.get("reason")
             if action == "discard" and not parked_id or action == "replay" and not (parked_id or reason):
                 return self.render(request, "error.html", status=400, message=E_FORM.format(field="parked_id"))
             fields = {"parked_id": parked_id} if parked_id else {"reason": reason}
-            question = (f"Delete the parked message {parked_id}? It is gone for good." if action == "discard" else
-                        f"Replay the parked message {parked_id}?" if parked_id else
-                        f"Replay every message parked because: {reason}?")
+            question = (f"Delete the parked message {shown(parked_id)}? It is gone for good." if action == "discard"
+                        else f"Replay the parked message {shown(parked_id)}?" if parked_id else
+                        f"Replay every message parked because: {shown(reason)}?")
             return self.render(request, "confirm.html", action=action, question=question, fields=fields, rows=[])
         return self.render(request, "error.html", status=404, message=f"no action {action!r}")
 

@@ -97,7 +97,7 @@ def filter_form(params: Mapping[str, str], now_ms: int) -> FilterForm:
                 errors.append(str(exc))
     target = values["target"]
     found = Filter(due_before=when["due_before"], due_after=when["due_after"],
-                   exchange=("" if target == DEFAULT_TARGET else target) or None,
+                   exchange="" if target == DEFAULT_TARGET else (target or None),
                    routing_key=values["routing_key"] or None, task=values["task"] or None)
     return FilterForm(values, found, tuple(errors), values["id"] or None)
 
