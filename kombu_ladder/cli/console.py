@@ -23,7 +23,7 @@ E_EXTRA = "the web console needs the [web] extra ({missing} is not installed): p
 host_option = _option("--host", default=DEFAULT_HOST, show_default=True, metavar="ADDRESS",
                       help="The address to listen on. Anything but loopback needs --password-file or --token-file.")
 port_option = _option("--port", type=Number(min=0, max=65535, integer=True), default=DEFAULT_PORT, show_default=True,
-                      metavar="PORT", help="The port to listen on.")
+                      metavar="PORT", help="The port to listen on (0: any free port).")
 read_only_option = _option("--read-only", is_flag=True,
                            help="No actions: no cancel, reschedule, run-now, replay or delete, and no POST route.")
 user_option = _option("--user", default="admin", show_default=True, metavar="NAME",
