@@ -56,6 +56,9 @@ HEADERS = {
 E_CSRF = "refused: this form is not from this console (missing or wrong CSRF token). Reload the page and try again."
 E_ORIGIN = "refused: the request came from another site (Origin {origin})."
 E_FORM = "refused: {field} is missing or not valid."
+#: Seconds a message's page waits for the look into its queue before it is served saying "looking" (and reloads
+#: itself each second, without script, until the look is done).
+LOOK_WAIT = 0.3
 #: The largest form body read (a form of this console is a few hundred bytes).
 MAX_FORM = 64 * 1024
 
@@ -121,8 +124,8 @@ class _Pages:
         now = self.console.now_ms()
         rows = [waiting_row(r, now) for r in self.console.find(ident)]
         due = rows[0].due_ms if rows else None
-        seen = self.console.look(ident, due)
-        body = None
+        look = self.console.look(ident, due, wait=LOOK_WAIT)
+        seen, body = look.seen, None
         if seen is not None:
             headers = seen.headers
             body = preview(seen.body, content_type=str(headers.get("x-schedule-content-type") or
@@ -131,9 +134,10 @@ class _Pages:
                            limit=self.options.preview_bytes)
         properties = header_rows({k: v for k, v in (seen.properties if seen else {}).items()
                                   if k != "application_headers"})
-        return self.render(request, "message.html", ident=ident, rows=rows, seen=seen, body=body,
+        return self.render(request, "message.html", ident=ident, rows=rows, look=look, seen=seen, body=body,
                            headers=header_rows(seen.headers) if seen else [], properties=properties,
-                           moved=self.console.moved.get(ident), look_limit=self.options.look_limit)
+                           moved=self.console.moved.get(ident), look_limit=self.options.look_limit,
+                           reload=None if look.done else 1)
 
     def parked(self, request: Request) -> Response:
         parked = self.console.parked()

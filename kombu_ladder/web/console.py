@@ -13,6 +13,8 @@ import collections
 import logging
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -32,7 +34,7 @@ from ..sampler import QueueSampler
 from .options import ConsoleOptions
 from .views import Outcome, iso, rung_for
 
-__all__ = ["Console", "Seen", "IndexState", "Counters"]
+__all__ = ["Console", "Seen", "Look", "IndexState", "Counters"]
 
 logger = logging.getLogger("kombu_ladder.web")
 
@@ -56,6 +58,17 @@ class Seen:
     headers: Mapping[str, Any]
     properties: Mapping[str, Any]
     body: bytes
+
+
+@dataclass(frozen=True)
+class Look:
+    """What looking for one message in the queues gave: not done yet, found (``seen``), not found, or an error."""
+
+    done: bool
+    seen: Optional[Seen] = None
+    looked_at: int = 0
+    seconds: float = 0.0
+    error: Optional[str] = None
 
 
 @dataclass
@@ -108,7 +121,11 @@ class Console:
         self.moved: dict[str, int] = {}
         self._local = threading.local()
         self._acting = threading.Lock()
+        self._looks = threading.Lock()
         self._looked: dict[str, _Kept] = {}
+        self._looking: dict[str, Future[Look]] = {}
+        #: One look into the queues at a time, however many pages ask.
+        self._looker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ladder-console-look")
         self._parked: Optional[_Kept] = None
         self._stopped = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -129,6 +146,7 @@ class Console:
         if self._thread is not None:
             self._thread.join(timeout=30)
         self.sampler.stop()
+        self._looker.shutdown(wait=False)
         self._close_sync()
 
     def _run(self) -> None:
@@ -213,27 +231,47 @@ class Console:
     def _fresh(self, kept: Optional[_Kept]) -> bool:
         return kept is not None and time.monotonic() - kept.at < self.options.refresh
 
-    def look(self, ident: str, due_ms: Optional[int] = None) -> Optional[Seen]:
-        """Find the message ``ident`` in its queue (the rung its due time puts it in first) and keep a copy of it;
-        every message looked at stays in its place. None: not within ``look_limit`` messages."""
-        kept = self._looked.get(ident)
-        if self._fresh(kept):
-            return kept.value if kept is not None else None
+    def look(self, ident: str, due_ms: Optional[int] = None, *, wait: float = 0.0) -> Look:
+        """The message ``ident`` as found in its queue, looked for in the background (one look at a time, whoever
+        asks): wait up to ``wait`` seconds for it, else say it is still being looked for. A result is kept for
+        ``refresh`` seconds."""
+        with self._looks:
+            kept = self._looked.get(ident)
+            if kept is not None and self._fresh(kept):
+                return kept.value
+            future = self._looking.get(ident)
+            if future is None:
+                future = self._looking[ident] = self._looker.submit(self._look, ident, due_ms)
+        try:
+            return future.result(timeout=wait)
+        except FutureTimeout:
+            return Look(done=False)
+
+    def _look(self, ident: str, due_ms: Optional[int]) -> Look:
+        """Find ``ident`` in the rungs and the control queue (its rung first); every message stays in its place."""
         first = rung_for(due_ms, self.now_ms()) if due_ms is not None else None
         queues = tuple(sorted(RESCHEDULED_QUEUES, key=lambda q: q != first))
-        captured: list[tuple[Any, Any]] = []
-        with self._broker() as conn:
-            result = find(conn, ident, limit=self.options.look_limit, queues=queues,
-                          take=lambda channel, message: captured.append((channel, message)))
-        seen = None
-        if result.found and captured:
-            sighting, message = result.found[0], captured[0][1]
-            seen = Seen(sighting.queue, sighting.position, sighting.depth, dict(message.headers or {}),
-                        dict(getattr(message, "properties", None) or {}), bytes_of(message.body))
-        if len(self._looked) > 1000:
-            self._looked.clear()
-        self._looked[ident] = _Kept(time.monotonic(), seen)
-        return seen
+        captured: list[Any] = []
+        started = time.monotonic()
+        try:
+            with self._broker() as conn:
+                result = find(conn, ident, limit=self.options.look_limit, queues=queues,
+                              take=lambda channel, message: captured.append(message))
+        except Exception as exc:  # noqa: BLE001 - shown on the page; the next view looks again
+            found = Look(done=True, error=str(exc) or type(exc).__name__)
+        else:
+            seen = None
+            if result.found and captured:
+                sighting, message = result.found[0], captured[0]
+                seen = Seen(sighting.queue, sighting.position, sighting.depth, dict(message.headers or {}),
+                            dict(getattr(message, "properties", None) or {}), bytes_of(message.body))
+            found = Look(done=True, seen=seen, looked_at=result.looked_at, seconds=time.monotonic() - started)
+        with self._looks:
+            if len(self._looked) > 1000:
+                self._looked.clear()
+            self._looked[ident] = _Kept(time.monotonic(), found)
+            self._looking.pop(ident, None)
+        return found
 
     def parked(self) -> list[Parked]:
         """The first ``parked_limit`` parked messages (looked at, not taken), kept for ``refresh`` seconds."""
@@ -249,7 +287,8 @@ class Console:
     def record(self, outcome: Outcome) -> Outcome:
         """Remember what an action did (the Actions page), and forget what was looked at (it may have changed)."""
         self.recent.appendleft(outcome)
-        self._looked.clear()
+        with self._looks:
+            self._looked.clear()
         self._parked = None
         return outcome
 

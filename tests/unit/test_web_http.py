@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import threading
 import warnings
 from pathlib import Path
 from typing import Any, Iterator
@@ -82,7 +83,13 @@ class World:
     def close(self) -> None:
         self.client.close()
         self.store.close()
-        self.console.sampler.stop()
+        self.console.stop()
+
+    def looked(self, ident: str) -> Any:
+        """Look for ``ident`` in the queues and wait for the answer (a page waits only a moment, then reloads)."""
+        look = self.console.look(ident, wait=30)
+        assert look.done
+        return look
 
 
 @pytest.fixture
@@ -118,6 +125,7 @@ def test_the_waiting_list_pages_and_filters(world: World) -> None:
 
 
 def test_a_message_page_shows_where_it_waits_and_its_args(world: World) -> None:
+    world.looked(world.tasks[1])
     page = world.client.get(f"/message?id={world.tasks[1]}").text
     assert "acemq.schedule.10m" in page
     assert "celery" in page and "<h4>args</h4>" in page
@@ -132,6 +140,8 @@ def test_a_message_page_shows_where_it_waits_and_its_args(world: World) -> None:
 def test_the_hostile_corpus_renders_inert(world: World, path: str, field: str, source: str) -> None:
     values = {None: [None], "ids": world.hostile_ids, "markup": MARKUP}[source]
     for value in values:
+        if path == "/message":
+            assert world.looked(value).seen is not None  # the page shows its headers and body
         page = world.client.get(path, params={field: value, "id": value or "x"} if field else None)
         # A form field carries a value back as it is (the id to act on, the filter typed): escaped for HTML, its
         # characters unchanged. Everything shown as text has its control and bidi characters made visible too.
@@ -194,7 +204,7 @@ def test_reschedule_and_run_now_move_the_message(world: World) -> None:
     done = world.client.post("/act/reschedule", data={"id": ident, "due_ms": due.group(1), "csrf": token})
     assert done.status_code == 200 and "Found in acemq.schedule.10m" in done.text, done.text
     assert world.console.moved[ident] == int(due.group(1))
-    assert world.console.look(ident) is not None  # the copy waits in the control queue now
+    assert world.looked(ident).seen.queue == "acemq.schedule.due"  # the copy waits in the control queue now
     token = world.csrf(f"/confirm/run-now?id={world.tasks[4]}")
     ran = world.client.post("/act/run-now", data={"id": world.tasks[4], "csrf": token})
     assert ran.status_code == 200 and "Ran now" in ran.text
@@ -267,3 +277,19 @@ def test_a_non_loopback_console_admits_only_credentials(tmp_path: Path, auth: Au
 def test_a_non_loopback_console_without_credentials_does_not_start() -> None:
     with pytest.raises(ValueError, match="--host 0.0.0.0 is not a loopback address"):
         ConsoleOptions(host="0.0.0.0")
+
+
+def test_a_message_page_does_not_wait_for_a_long_look(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A look into a deep queue runs in the background: the page is served at once, says so, and reloads (no
+    script: a meta refresh) until the look is done."""
+    release = threading.Event()
+    look = world.console._look
+    monkeypatch.setattr(world.console, "_look", lambda ident, due: (release.wait(30), look(ident, due))[1])
+    ident = world.tasks[2]
+    page = world.client.get(f"/message?id={ident}").text
+    assert 'id="looking"' in page and 'http-equiv="refresh" content="1"' in page
+    assert "billing.send" in page  # what the index knows is there already
+    release.set()
+    assert world.looked(ident).seen is not None
+    page = world.client.get(f"/message?id={ident}").text
+    assert 'id="looking"' not in page and "http-equiv" not in page and "<h4>args</h4>" in page
