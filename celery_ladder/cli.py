@@ -103,6 +103,11 @@ def _settings(ctx: click.Context) -> LadderSettings:
         raise commands.BadUsage(str(exc)) from None
 
 
+#: ``status/web --timeout SECONDS``: how long the workers have to answer ``inspect ladder``.
+timeout_option = options.shared_option("--timeout", cls=CeleryOption, default=1.0, show_default=True,
+                                       type=options.Number(min=0, min_open=True, max=MAX_TIMEOUT), metavar="SECONDS")
+
+
 @click.group(name="ladder")
 def ladder() -> None:
     """Operate the ladder of delayed tasks (AceMQ TTL queues) on the app's broker."""
@@ -112,9 +117,7 @@ def ladder() -> None:
 @options.parked_option(cls=CeleryOption, help_group="Status Options")
 @options.due_option(cls=CeleryOption, help_group="Status Options")
 @options.json_option(cls=CeleryOption, help_group="Status Options")
-@click.option("--timeout", cls=CeleryOption, type=options.Number(min=0, min_open=True, max=MAX_TIMEOUT), default=1.0,
-              show_default=True, metavar="SECONDS", help_group="Status Options",
-              help="Seconds to wait for the workers' replies.")
+@timeout_option(help_group="Status Options", help="Seconds to wait for the workers' replies.")
 @click.pass_context
 @handle_preload_options
 def status(ctx: click.Context, parked: int, due: bool, as_json: bool, timeout: float, **kwargs: Any) -> None:
@@ -373,9 +376,7 @@ def adopt_lines(report: DrainReport, settings: LadderSettings) -> list[str]:
 @ladder.command(cls=LadderCommand)
 @console.web_options(cls=CeleryOption, help_group="Web Options")
 @waiting.index_option(cls=CeleryOption, help_group="Web Options")
-@click.option("--timeout", cls=CeleryOption, type=options.Number(min=0, min_open=True, max=MAX_TIMEOUT), default=1.0,
-              show_default=True, metavar="SECONDS", help_group="Web Options",
-              help="Seconds to wait for the workers' counters at each refresh.")
+@timeout_option(help_group="Web Options", help="Seconds to wait for the workers' counters at each refresh.")
 @click.pass_context
 @handle_preload_options
 def web(ctx: click.Context, host: str, port: int, read_only: bool, user: str, password_file: Optional[str],

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -91,17 +90,8 @@ class ConsoleProcess:
         except OSError:
             return False
 
-    def output(self) -> str:
-        return self.log.read_text()
-
-    def stop(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(30)
-        finally:
-            self.out.close()
-            if self.proc.returncode is None:
-                self.proc.kill()
+    output = Worker.output  # the same log file and process attributes: read and stopped the same way
+    stop = Worker.stop
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ from hostile_corpus import MARKUP
 
 from kombu_ladder.index import Entry, Filter, Row
 from kombu_ladder.parking import Parked
+from kombu_ladder.web import views
 from kombu_ladder.web.options import ConsoleOptions
 from kombu_ladder.web.preview import header_rows, preview, shown
 from kombu_ladder.web.security import (
@@ -22,21 +23,6 @@ from kombu_ladder.web.security import (
     is_loopback,
     new_key,
     same_origin,
-)
-from kombu_ladder.web.views import (
-    DEFAULT_TARGET,
-    ago,
-    counter_table,
-    day_chart,
-    depth_rows,
-    filter_form,
-    hour_chart,
-    iso,
-    link,
-    page_of,
-    parked_groups,
-    rung_for,
-    waiting_row,
 )
 
 NOW = 1_796_500_000_000  # 2026-12-05T...Z, on a minute
@@ -127,19 +113,19 @@ def test_options_name_the_option_at_fault() -> None:
 
 
 def test_filter_form_reads_times_and_targets() -> None:
-    form = filter_form({"task": "billing.send", "target": DEFAULT_TARGET, "routing_key": "invoices",
+    form = views.filter_form({"task": "billing.send", "target": views.DEFAULT_TARGET, "routing_key": "invoices",
                         "due_after": "+10m", "due_before": "2026-12-24T18:00"}, NOW)
     assert form.errors == ()
     assert form.found == Filter(due_after=NOW + 600_000, due_before=1_798_135_200_000, exchange="",
                                 routing_key="invoices", task="billing.send")
     assert form.narrowed
-    assert not filter_form({"due_after": "+1h"}, NOW).narrowed
-    assert filter_form({"target": "billing"}, NOW).found.exchange == "billing"
-    assert filter_form({"id": " abc "}, NOW).ident == "abc"
+    assert not views.filter_form({"due_after": "+1h"}, NOW).narrowed
+    assert views.filter_form({"target": "billing"}, NOW).found.exchange == "billing"
+    assert views.filter_form({"id": " abc "}, NOW).ident == "abc"
 
 
 def test_filter_form_names_the_field_it_cannot_read() -> None:
-    form = filter_form({"due_before": "tomorrow-ish"}, NOW)
+    form = views.filter_form({"due_before": "tomorrow-ish"}, NOW)
     assert len(form.errors) == 1 and form.errors[0].startswith("due_before:")
 
 
@@ -149,54 +135,54 @@ def test_filter_form_names_the_field_it_cannot_read() -> None:
     ("0", 0, (0, 0, 0, None, None)),
 ])
 def test_paging(offset: str, total: int, expected: tuple) -> None:
-    page = page_of(offset, 50, total)
+    page = views.page_of(offset, 50, total)
     assert (page.offset, page.first, page.last, page.previous, page.next) == expected
 
 
 @pytest.mark.parametrize("delta_s,text", [(0, "in 0s"), (45, "in 45s"), (-12, "12s ago"), (250, "in 4m 10s"),
                                           (7380, "in 2h 3m"), (-90000, "1d 1h ago")])
 def test_ago(delta_s: int, text: str) -> None:
-    assert ago(NOW + delta_s * 1000, NOW) == text
+    assert views.ago(NOW + delta_s * 1000, NOW) == text
 
 
 def test_iso_and_link() -> None:
-    assert iso(0) == "1970-01-01 00:00:00Z" and iso(None) == "-"
-    assert link("/message", id="a&b=<c>", offset=None) == "/message?id=a%26b%3D%3Cc%3E"
-    assert link("/waiting", task="") == "/waiting"
+    assert views.iso(0) == "1970-01-01 00:00:00Z" and views.iso(None) == "-"
+    assert views.link("/message", id="a&b=<c>", offset=None) == "/message?id=a%26b%3D%3Cc%3E"
+    assert views.link("/waiting", task="") == "/waiting"
 
 
 @pytest.mark.parametrize("ahead_s,queue", [(7200, "acemq.schedule.1h"), (3600, "acemq.schedule.1h"),
                                             (599, "acemq.schedule.1m"), (5, "acemq.schedule.1s"),
                                             (0.5, "acemq.schedule.due"), (-3, "acemq.schedule.due")])
 def test_rung_for(ahead_s: float, queue: str) -> None:
-    assert rung_for(NOW + int(ahead_s * 1000), NOW) == queue
+    assert views.rung_for(NOW + int(ahead_s * 1000), NOW) == queue
 
 
 def test_charts_scale_to_the_busiest_bucket() -> None:
     counts = [0] * 60
     counts[3], counts[10] = 1, 400
-    chart = hour_chart(counts, NOW)
+    chart = views.hour_chart(counts, NOW)
     assert chart.total == 401 and chart.peak == 400 and len(chart.bars) == 60
     tallest = chart.bars[10]
     assert tallest.y == 0 and tallest.height == 140 - 18
     assert chart.bars[3].height >= 1  # one message stays visible
     assert chart.bars[0].height == 0
-    assert [label for _, label in chart.ticks][:2] == [iso(NOW)[11:16], iso(NOW + 600_000)[11:16]]
-    assert len(day_chart([0] * 24, NOW).ticks) == 8
-    assert hour_chart([0] * 60, NOW).peak == 0
+    assert [label for _, label in chart.ticks][:2] == [views.iso(NOW)[11:16], views.iso(NOW + 600_000)[11:16]]
+    assert len(views.day_chart([0] * 24, NOW).ticks) == 8
+    assert views.hour_chart([0] * 60, NOW).peak == 0
 
 
 def test_depth_rows() -> None:
     from kombu_ladder.depths import QueueDepth
 
-    rows = depth_rows([QueueDepth("acemq.schedule.1h", 50, 0), QueueDepth("acemq.schedule.due", 0, 2),
+    rows = views.depth_rows([QueueDepth("acemq.schedule.1h", 50, 0), QueueDepth("acemq.schedule.due", 0, 2),
                        QueueDepth("acemq.schedule.parked", None, None)])
     assert [(r.label, r.width) for r in rows] == [("rung of 1h", 100.0), ("control queue (relays consume it)", 0.0),
                                                    ("parking queue", 0.0)]
 
 
 def test_counter_table_keeps_errors_apart() -> None:
-    table = counter_table({"w2@h": {"relay": True, "delivered": 3}, "w1@h": {"delivered": 1, "hops": 2},
+    table = views.counter_table({"w2@h": {"relay": True, "delivered": 3}, "w1@h": {"delivered": 1, "hops": 2},
                            "old@h": {"error": "No such command"}})
     assert table.columns == ("delivered", "hops", "relay")
     assert table.rows == (("w1@h", ("1", "2", "-")), ("w2@h", ("3", "-", "True")))
@@ -207,14 +193,15 @@ def test_parked_groups_largest_first() -> None:
     def parked(position: int, reason: str, parked_id: object = "p") -> Parked:
         return Parked(position, parked_id, reason, {}, {}, b"")  # type: ignore[arg-type]
 
-    groups = parked_groups([parked(1, "b"), parked(2, "a"), parked(3, "a", None), parked(4, "c")])
+    groups = views.parked_groups([parked(1, "b"), parked(2, "a"), parked(3, "a", None), parked(4, "c")])
     assert [(g.reason, g.count, g.addressable) for g in groups] == [("a", 2, 1), ("b", 1, 1), ("c", 1, 1)]
 
 
 def test_waiting_row() -> None:
-    row = waiting_row(Row(Entry("m-1", "t-1", "billing.send", "", "invoices", NOW + 90_000, NOW, 12), "waiting"), NOW)
+    entry = Entry("m-1", "t-1", "billing.send", "", "invoices", NOW + 90_000, NOW, 12)
+    row = views.waiting_row(Row(entry, "waiting"), NOW)
     assert (row.ident, row.task, row.rung, row.relative) == ("t-1", "billing.send", "acemq.schedule.1m", "in 1m 30s")
-    assert row.target == f"{DEFAULT_TARGET} \u2192 invoices"
+    assert row.target == f"{views.DEFAULT_TARGET} \u2192 invoices"
 
 
 def _celery_headers(**extra: object) -> dict:
