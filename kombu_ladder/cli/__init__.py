@@ -362,10 +362,12 @@ def relay(prefetch: int, hold_window: float, hold_bytes: int, max_delay: float, 
 
 @cli.command()
 @console.web_options()
+@console.relay_metrics_option()
 @waiting.index_option()
 @_common_options(top=False)
 def web(host: str, port: int, read_only: bool, user: str, password_file: Optional[str], token_file: Optional[str],
-        refresh: float, page_size: int, look_limit: int, index_path: Optional[str]) -> None:
+        refresh: float, page_size: int, look_limit: int, relay_metrics: Sequence[str],
+        index_path: Optional[str]) -> None:
     """Serve the web console: what waits and when, what was parked, and the actions (needs the [web] extra).
 
     \b
@@ -373,15 +375,17 @@ def web(host: str, port: int, read_only: bool, user: str, password_file: Optiona
     credentials (--password-file for HTTP basic, --token-file for a bearer token).
     Every action is a POST with a CSRF token, behind a confirmation page;
     --read-only removes them all. Queue depths, the index and the relays are read
-    once every --refresh seconds, however many people watch.
+    once every --refresh seconds, however many people watch; --relay-metrics adds
+    standalone relays' counters.
     """
     console.require_extra()
     settings = console.console_options(host=host, port=port, read_only=read_only, user=user,
                                        password_file=password_file, token_file=token_file, refresh=refresh,
                                        page_size=page_size, look_limit=look_limit)
+    counters = console.relay_scraper(relay_metrics)
     url = _root_options().get("broker", DEFAULT_BROKER)
     with _broker(log_level="INFO") as connection:
-        console.serve(connection, settings, index_path=index_path or default_path(url),
+        console.serve(connection, settings, index_path=index_path or default_path(url), counters=counters,
                       log_level=_root_options().get("log_level") or "INFO")
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import click
 
@@ -12,7 +12,8 @@ from .commands import BadUsage, CommandError
 from .options import MAX_SECONDS, Number
 from .options import shared_option as _option
 
-__all__ = ["PASSWORD_ENV", "TOKEN_ENV", "E_EXTRA", "web_options", "console_options", "require_extra", "serve"]
+__all__ = ["PASSWORD_ENV", "TOKEN_ENV", "E_EXTRA", "web_options", "console_options", "require_extra",
+           "relay_metrics_option", "relay_scraper", "serve"]
 
 #: The environment variables that hold the console's secrets when no file is given.
 PASSWORD_ENV = "KOMBU_LADDER_WEB_PASSWORD"
@@ -42,6 +43,13 @@ page_size_option = _option("--page-size", type=Number(min=1, max=1000, integer=T
 look_limit_option = _option("--look-limit", type=Number(min=1, max=10**7, integer=True), default=50_000,
                             show_default=True, metavar="N",
                             help="Messages looked at, at most, to find one message's headers and body, or to move it.")
+
+
+#: ``kombu-ladder web --relay-metrics URL`` (repeatable).
+relay_metrics_option = _option(
+    "--relay-metrics", "relay_metrics", multiple=True, metavar="URL",
+    help="A standalone relay's /metrics URL (kombu-ladder relay --metrics-port), whose counters the overview shows "
+         "(repeatable).")
 
 
 def web_options(cls: Optional[type] = None, **extra: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -92,6 +100,18 @@ def require_extra() -> None:
             __import__(module)
         except ModuleNotFoundError:
             raise CommandError(E_EXTRA.format(missing=module)) from None
+
+
+def relay_scraper(urls: Sequence[str]) -> Optional[Callable[[], Any]]:
+    """What reads the counters of the relays at ``urls`` (None: no URL given)."""
+    if not urls:
+        return None
+    for url in urls:
+        if not url.startswith(("http://", "https://")):
+            raise BadUsage(f"--relay-metrics: {url!r} is not an http:// or https:// URL")
+    from ..web.console import scrape_relays
+
+    return lambda: scrape_relays(list(urls))
 
 
 def serve(connection: Any, options: ConsoleOptions, *, index_path: str,

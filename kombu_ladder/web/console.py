@@ -13,12 +13,13 @@ import collections
 import logging
 import threading
 import time
+import urllib.request
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterator, Mapping, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 from ..cancellation.records import STREAM as CANCELLATIONS
 from ..cancellation.stream import cancel_many
@@ -32,9 +33,9 @@ from ..peek import find
 from ..rescheduling import RESCHEDULED_QUEUES, reschedule
 from ..sampler import QueueSampler
 from .options import ConsoleOptions
-from .views import Outcome, iso, rung_for
+from .views import Outcome, iso, relay_counters, rung_for
 
-__all__ = ["Console", "Seen", "Look", "IndexState", "Counters"]
+__all__ = ["Console", "Seen", "Look", "IndexState", "Counters", "scrape_relays"]
 
 logger = logging.getLogger("kombu_ladder.web")
 
@@ -46,6 +47,19 @@ Counters = Callable[[], Mapping[str, Mapping[str, Any]]]
 
 #: Actions remembered for the Actions page.
 RECENT = 50
+
+
+def scrape_relays(urls: Sequence[str], *, timeout: float = 2.0) -> dict[str, dict[str, Any]]:
+    """Each standalone relay's counters, read from its ``/metrics`` URL (``kombu-ladder relay --metrics-port``):
+    ``{url: counters}``, or ``{url: {"error": why}}`` for one that did not answer."""
+    out: dict[str, dict[str, Any]] = {}
+    for url in urls:
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as answer:  # noqa: S310 - the operator's own URL
+                out[url] = relay_counters(answer.read(1 << 20).decode("utf-8", "replace"))
+        except (OSError, ValueError) as exc:
+            out[url] = {"error": str(exc) or type(exc).__name__}
+    return out
 
 
 @dataclass(frozen=True)

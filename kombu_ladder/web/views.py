@@ -20,7 +20,7 @@ from .preview import shown
 __all__ = [
     "DEFAULT_TARGET", "iso", "ago", "FilterForm", "filter_form", "Page", "page_of", "WaitingRow", "waiting_row",
     "DepthRow", "depth_rows", "Bar", "Chart", "chart", "hour_chart", "day_chart", "CounterTable", "counter_table",
-    "ParkedGroup", "parked_groups", "Outcome", "link",
+    "RELAY_COUNTERS", "relay_counters", "ParkedGroup", "parked_groups", "Outcome", "link",
 ]
 
 #: How the form names the default exchange ("" in AMQP), since an empty field means "any".
@@ -289,6 +289,36 @@ def counter_table(counters: Mapping[str, Mapping[str, Any]]) -> CounterTable:
         if "error" not in values:
             rows.append((shown(name, limit=120), tuple(shown(values.get(c, "-"), limit=40) for c in columns)))
     return CounterTable(tuple(shown(c, limit=40) for c in columns), tuple(rows), tuple(errors))
+
+
+#: The relay counters a ``/metrics`` page exports (``ladder_<name>_total``), in the order the overview shows them.
+RELAY_COUNTERS = ("received", "delivered", "hops", "malformed", "parked", "refused", "cancelled")
+
+
+def relay_counters(text: str) -> dict[str, Any]:
+    """A relay's counters from its Prometheus ``/metrics`` text (``kombu-ladder relay --metrics-port``): each
+    ``ladder_<counter>_total`` (``parked`` summed over its reasons), and ``cancellations`` (enforced or not) when
+    exported. Lines that are not these are ignored; a value that is not a number is left out."""
+    values: dict[str, float] = {}
+    enforced: Optional[bool] = None
+    for line in text.splitlines():
+        if not line.startswith("ladder_"):
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]  # the exposition format: name{labels} value
+        try:
+            value = float(line.rsplit(" ", 1)[-1])
+        except ValueError:
+            continue
+        key = name[len("ladder_"):-len("_total")] if name.endswith("_total") else ""
+        if name == "ladder_cancellations_enforced":
+            enforced = value == 1
+        elif key in RELAY_COUNTERS:
+            values[key] = values.get(key, 0) + value
+    out: dict[str, Any] = {"relay": True}
+    if enforced is not None:
+        out["cancellations"] = enforced
+    out.update((key, int(values[key])) for key in RELAY_COUNTERS if key in values)
+    return out
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ class World:
     """A simulated broker with indexed Celery-like tasks and plain messages carrying the hostile strings, parked
     messages whose reasons are hostile too, and a console over it (refreshed by hand: no thread runs)."""
 
-    def __init__(self, tmp: Path, **options: Any) -> None:
+    def __init__(self, tmp: Path, counters: Any = None, **options: Any) -> None:
         self.broker = SimulatedBroker()
         self.connection = self.broker.connection()
         declare(self.connection)
@@ -63,7 +63,7 @@ class World:
                 exchange="", routing_key=PARKING)
         channel.close()
         self.console = Console(self.connection, options=ConsoleOptions(refresh=1.0, **options),
-                               index_path=str(tmp / "index.sqlite"))
+                               index_path=str(tmp / "index.sqlite"), counters=counters)
         self.store = IndexStore(self.console.index.path)
         self.refresh()
         self.client = TestClient(create_app(self.console))
@@ -293,3 +293,28 @@ def test_a_message_page_does_not_wait_for_a_long_look(world: World, monkeypatch:
     assert world.looked(ident).seen is not None
     page = world.client.get(f"/message?id={ident}").text
     assert 'id="looking"' not in page and "http-equiv" not in page and "<h4>args</h4>" in page
+
+
+def test_the_overview_shows_the_relays_counters_and_who_did_not_answer(tmp_path: Path) -> None:
+    answers = {"w1@host": {"relay": True, "delivered": 7, "cancelled": 1}, MARKUP[0]: {"error": MARKUP[1]}}
+    w = World(tmp_path, counters=lambda: answers)
+    try:
+        page = w.client.get("/").text
+        assert "w1@host" in page and "<th class=\"num\">delivered</th>" in page and ">7</td>" in page
+        assert "&lt;script&gt;" in page and "<script" not in page
+        answers.clear()
+        w.refresh()
+        assert "No relay answered." in w.client.get("/").text
+    finally:
+        w.close()
+
+
+def test_a_relay_that_cannot_be_polled_is_said_so(tmp_path: Path) -> None:
+    def failing() -> Any:
+        raise TimeoutError("no reply within 1 s")
+
+    w = World(tmp_path, counters=failing)
+    try:
+        assert "The relays' counters could not be read: no reply within 1 s" in w.client.get("/").text
+    finally:
+        w.close()

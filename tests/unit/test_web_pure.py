@@ -241,3 +241,23 @@ def test_previews_and_headers_make_control_characters_visible(text: str) -> None
     [(name, value)] = header_rows({text: text})
     for part in (name, value, shown(text)):
         assert part.isprintable()
+
+
+METRICS = """# HELP ladder_delivered_total Messages delivered to their target, confirmed by the broker.
+# TYPE ladder_delivered_total counter
+ladder_delivered_total 12.0
+ladder_delivered_created 1.7e9
+ladder_hops_total 3.0
+ladder_parked_total{reason="malformed"} 1.0
+ladder_parked_total{reason="unroutable"} 2.0
+ladder_cancellations_enforced 1.0
+ladder_queue_messages{queue="acemq.schedule.1h"} 40.0
+ladder_received_total not-a-number
+other_total 9.0
+"""
+
+
+def test_relay_counters_from_a_metrics_page() -> None:
+    assert views.relay_counters(METRICS) == {"relay": True, "cancellations": True, "delivered": 12, "hops": 3,
+                                             "parked": 3}
+    assert views.relay_counters("") == {"relay": True}
