@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from kombu import Queue
 
-from kombu_ladder.index import IndexStore
+from kombu_ladder.index import Filter, IndexStore
 from kombu_ladder.producer import LadderProducer
 
 from .common import Config, Vhost, log, median, payload
@@ -103,7 +103,7 @@ def run(config: Config) -> dict[str, Any]:
             first_sync = time.perf_counter() - started
             console.sampler.sample()
             client = TestClient(create_app(console))
-            waiting = console.waiting_total()
+            waiting = console.count(Filter())
             try:
                 look_started = time.perf_counter()
                 look = console.look(real[-1], wait=600)

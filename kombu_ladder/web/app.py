@@ -18,6 +18,7 @@ from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from .. import __version__
+from ..index import Filter
 from .console import Console
 from .preview import header_rows, preview, shown
 from .security import authorized, challenge, csrf_ok, csrf_token, new_key, new_session, same_origin
@@ -97,7 +98,7 @@ class _Pages:
         return self.render(
             request, "overview.html", depths=depth_rows(depths), sampled_at=sampled_at,
             refresh=self.options.refresh, charts=(hour_chart(by_minute, minute0), day_chart(by_hour, hour0)),
-            waiting=self.console.waiting_total(), counters_known=self.console.counters_source is not None,
+            waiting=self.console.count(Filter()), counters_known=self.console.counters_source is not None,
             counters=counter_table(counters) if counters is not None else None,
             counters_error=self.console.counters_error)
 
@@ -111,9 +112,8 @@ class _Pages:
             return self.render(request, "waiting.html", form=form, rows=[waiting_row(r, now) for r in rows],
                                page=None, found=form.ident)
         limit = self.options.page_size
-        total = self.console.listing(form.found, limit=1, offset=0)[1]
-        page = page_of(request.query_params.get("offset", "0"), limit, total)
-        rows, _ = self.console.listing(form.found, limit=limit, offset=page.offset)
+        page = page_of(request.query_params.get("offset", "0"), limit, self.console.count(form.found))
+        rows = self.console.listing(form.found, limit=limit, offset=page.offset)
         return self.render(request, "waiting.html", form=form, rows=[waiting_row(r, now) for r in rows], page=page,
                            found=None)
 

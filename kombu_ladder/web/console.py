@@ -217,11 +217,13 @@ class Console:
         """The sampler's last queue depths and when they were taken (empty, None: no sample yet, or it failed)."""
         return self.sampler.depths, self.sampler.sampled_at
 
-    def listing(self, found: Filter, *, limit: int, offset: int) -> tuple[list[Row], int]:
-        """A page of the waiting entries ``found`` covers, and how many it covers in all."""
-        now = self.now_ms()
-        store = self.store()
-        return store.listing(found, now, limit=limit, offset=offset), store.count(found, now)[0][1]
+    def listing(self, found: Filter, *, limit: int, offset: int) -> list[Row]:
+        """A page of the waiting entries ``found`` covers, soonest due first."""
+        return self.store().listing(found, self.now_ms(), limit=limit, offset=offset)
+
+    def count(self, found: Filter) -> int:
+        """How many waiting entries ``found`` covers."""
+        return int(self.store().count(found, self.now_ms())[0][1])
 
     def find(self, ident: str) -> list[Row]:
         return self.store().find(ident, self.now_ms())
@@ -231,9 +233,6 @@ class Console:
         now = self.now_ms()
         start = now // width_ms * width_ms
         return self.store().histogram(start, width_ms, buckets, now), start
-
-    def waiting_total(self) -> int:
-        return int(self.store().count(Filter(), self.now_ms())[0][1])
 
     @contextmanager
     def _broker(self) -> Iterator[Any]:
