@@ -160,7 +160,7 @@ class Console:
         if self._thread is not None:
             self._thread.join(timeout=30)
         self.sampler.stop()
-        self._looker.shutdown(wait=False)
+        self._looker.shutdown(wait=False, cancel_futures=True)
         self._close_sync()
 
     def _run(self) -> None:
