@@ -172,11 +172,13 @@ def test_the_console_drives_the_ladder_in_a_browser(broker_url: str, publisher: 
             for task in (shown, ran_now, cancelled, hostile):
                 until_indexed(task.id)
 
-            # Overview and Waiting.
-            visit("/")
+            # Overview (with the workers' counters, polled every second) and Waiting.
+            def overview() -> bool:
+                visit("/")
+                return worker.hostname in page.locator("main").inner_text()
+            wait_for(overview, DEADLINE, interval=0.5, message="the worker's counters on the overview")
             assert "acemq.schedule.1h" in page.locator("table.depths").inner_text()
             assert page.locator(".chart svg").count() == 2
-            assert worker.hostname in page.locator("main").inner_text()  # the workers' counters
             page.screenshot(path=str(SHOTS / "overview.png"))
             visit("/waiting?task=webapp.when")
             assert page.locator("table.rows tbody tr").count() >= 4
