@@ -44,13 +44,15 @@ logger = logging.getLogger("kombu_ladder.web")
 
 #: The cookie a browser's CSRF token is bound to.
 SESSION_COOKIE = "ladder_session"
-#: Headers on every response: no script runs (the console has none), nothing is framed or cached.
+#: Headers on every response: no script runs (the console has none), nothing is framed or cached, no URL leaks.
 HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
                                "frame-ancestors 'none'; base-uri 'none'",
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
-    "Referrer-Policy": "no-referrer",
+    # Not no-referrer: with it Chromium sends "Origin: null" on the console's own form posts, which the origin check
+    # must refuse. same-origin keeps URLs (which hold message ids) from other sites, and the Origin header right.
+    "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
 
@@ -172,7 +174,8 @@ class _Pages:
                 question = f"Make {shown(ident)} due at {iso(due)} ({ago(due, now)})?"
             else:
                 question = {"cancel": f"Cancel {shown(ident)}?", "run-now": f"Run {shown(ident)} now?"}[action]
-            return self.render(request, "confirm.html", action=action, question=question, fields=fields, rows=rows)
+            return self.render(request, "confirm.html", action=action, question=question, fields=fields, rows=rows,
+                               back=link("/message", id=ident))
         if action in ("replay", "discard"):
             parked_id, reason = q.get("parked_id"), q.get("reason")
             if action == "discard" and not parked_id or action == "replay" and not (parked_id or reason):
@@ -181,7 +184,8 @@ class _Pages:
             question = (f"Delete the parked message {shown(parked_id)}? It is gone for good." if action == "discard"
                         else f"Replay the parked message {shown(parked_id)}?" if parked_id else
                         f"Replay every message parked because: {shown(reason)}?")
-            return self.render(request, "confirm.html", action=action, question=question, fields=fields, rows=[])
+            return self.render(request, "confirm.html", action=action, question=question, fields=fields, rows=[],
+                               back="/parked")
         return self.render(request, "error.html", status=404, message=f"no action {action!r}")
 
     def bulk(self, request: Request) -> Response:
