@@ -72,10 +72,12 @@ def _schedule(vhost: Vhost, n: int) -> list[str]:
         channel = conn.channel()
         Queue("bench.web", durable=True)(channel).declare()
         producer = LadderProducer(channel, index=True)
-        body = payload(600)
+        now_ms = int(time.time() * 1000)
         for i in range(n):
             ident = f"web-{i:07d}"
-            producer.publish(body, routing_key="bench.web", countdown=3600 + 3600 * i / n, message_id=ident)
+            countdown = 3600 + 3600 * i / n
+            producer.publish(payload(i, now_ms + int(countdown * 1000)), routing_key="bench.web", countdown=countdown,
+                             message_id=ident)
             ids.append(ident)
         producer.flush_index()
     return ids
@@ -111,8 +113,9 @@ def run(config: Config) -> dict[str, Any]:
                 look_s = time.perf_counter() - look_started
                 pages = {name: _timed(lambda path=path: client.get(path)) for name, path in
                          _pages(task_ids[n // 2]).items()}
-                # A message never looked at before: its page starts the look and waits 0.3 s at most for it.
-                fresh = iter(real[:-1])
+                # A message never looked at before, deep in the 1h rung: its page starts the look and waits 0.3 s
+                # at most for it (the looks queue up behind each other: one at a time).
+                fresh = iter(reversed(real[:-1]))
                 pages["message, first view (starts its look)"] = _timed(
                     lambda: client.get(f"/message?id={next(fresh)}"))
             finally:
