@@ -73,6 +73,7 @@ def test_celery_ladder_web_refuses_the_same(monkeypatch: pytest.MonkeyPatch) -> 
 
     monkeypatch.delenv("KOMBU_LADDER_WEB_PASSWORD", raising=False)
     monkeypatch.delenv("KOMBU_LADDER_WEB_TOKEN", raising=False)
+    monkeypatch.setenv("CELERY_BROKER_URL", NOWHERE)  # celery -b sets it for the process: undone after the test
     done = CliRunner().invoke(celery, ["-b", NOWHERE, "ladder", "web", "--host", "0.0.0.0"])
     assert done.exit_code == 2, done.output
     assert "--host 0.0.0.0 is not a loopback address" in done.output
