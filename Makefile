@@ -30,7 +30,7 @@ $(STAMP): setup.cfg pyproject.toml
 	# and its metadata from the checkout, where 'python -m pytest' would find it and load the plugins twice.
 	$(PY) -m pip uninstall --quiet --yes ladder 2>/dev/null || true
 	rm -rf ladder.egg-info
-	$(PY) -m pip install --quiet -e '.[celery,test,docs,django,lint,bench,prometheus]'
+	$(PY) -m pip install --quiet -e '.[celery,test,docs,django,lint,bench,prometheus,web,webtest]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -20,7 +20,7 @@ __all__ = ["BENCHMARKS", "main"]
 
 #: Benchmark name -> module, in run order.
 BENCHMARKS = ("relay", "publish", "lateness", "footprint", "scale", "cancellations", "rounds", "bursts", "waiting",
-              "index")
+              "index", "web")
 
 
 def _load() -> str:

@@ -78,12 +78,14 @@ class Config:
     bursts_n: int = 10_000  #: messages per round of the bursts section, all due in the same second
     waiting_n: int = 100_000  #: messages waiting on one node in the waiting section, then due at once
     index_n: int = 100_000  #: entries in ladder.index for the index section's find/list/count latencies
+    web_n: int = 100_000  #: entries in ladder.index behind the web console's pages
+    web_look_n: int = 10_000  #: real messages in the 1h rung, the last of which a message's page looks for
 
     @classmethod
     def full(cls) -> "Config":
         """The full run's sizes: large enough that the tails of the distributions show."""
         return cls("full", 2000, 500, 75.0, 60.0, 20_000, 90.0, 5_000, 3_000, 100_000, 100_000, 5, 5, 1000, 20.0,
-                   50_000, 1_000_000, index_n=1_000_000)
+                   50_000, 1_000_000, index_n=1_000_000, web_look_n=100_000)
 
     @classmethod
     def quick(cls) -> "Config":

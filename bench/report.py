@@ -275,6 +275,23 @@ def _index_table(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _web_table(data: dict[str, Any]) -> list[str]:
+    look = data["look"]
+    return [
+        f"{data['n']:,} entries written to the index, and the real messages' own ({data['waiting']:,} waiting in all "
+        f"when measured); the console's first read of them took {data['first_sync_s']} s (the server does it once, "
+        "in the background).", "",
+        "| page (with the query it runs) | median | max | under 1 s |", "|---|---|---|---|",
+        *[f"| {name} | {p['median_ms']:,.1f} ms | {p['max_ms']:,.1f} ms | "
+          f"{'yes' if p['median_ms'] < 1000 and p['status'] == 200 else 'NO (' + str(p['status']) + ')'} |"
+          for name, p in data["pages"].items()],
+        "",
+        f"The look a message's page starts, for the last of {look['n']:,} real messages in the 1h rung: "
+        f"{look['seconds']} s over {look['looked_at']:,} messages ({'found' if look['found'] else 'NOT found'}); "
+        "the page is served without waiting for it, and shows its headers and body once it is done.",
+    ]
+
+
 def render(results: dict[str, Any], meta: dict[str, Any], plot: Optional[str],
            other: Optional[dict[str, Any]] = None) -> str:
     """Return the whole Markdown page; ``other`` is a second saved run to compare with (``--also``)."""
@@ -375,6 +392,11 @@ def render(results: dict[str, Any], meta: dict[str, Any], plot: Optional[str],
          "task names, twenty target queues, due times over a week), a cancellation for one in a hundred, then "
          "synced into a new SQLite file and queried: `find` by task id, a page of 50 at offset 1,000, the counts. "
          "Query times are medians of 50 (counts: of 5)."),
+        ("## 11. The web console", "web", _web_table,
+         f"{config.get('web_n', 100_000):,} entries written straight to `ladder.index` as in section 10, and "
+         f"{config.get('web_look_n', 10_000):,} real messages scheduled an hour or more ahead; a console "
+         "(`kombu_ladder.web`) over that vhost, driven in-process by Starlette's TestClient: each page requested "
+         "7 times after a warm-up, the whole request timed (routing, index queries, rendering)."),
     ):
         lines += [title, "", intro, ""]
         data = results.get(key)

@@ -17,7 +17,8 @@ import click
 from celery.bin.base import CeleryCommand, CeleryOption, handle_preload_options
 from kombu import Connection
 
-from kombu_ladder.cli import checks, commands, options, oversight, waiting
+from kombu_ladder.cli import checks, commands, console, options, oversight, waiting
+from kombu_ladder.index import default_path
 from kombu_ladder.link import clock_of
 
 from . import control  # noqa: F401 - the CLI process must know ``inspect ladder``
@@ -102,6 +103,11 @@ def _settings(ctx: click.Context) -> LadderSettings:
         raise commands.BadUsage(str(exc)) from None
 
 
+#: ``status/web --timeout SECONDS``: how long the workers have to answer ``inspect ladder``.
+timeout_option = options.shared_option("--timeout", cls=CeleryOption, default=1.0, show_default=True,
+                                       type=options.Number(min=0, min_open=True, max=MAX_TIMEOUT), metavar="SECONDS")
+
+
 @click.group(name="ladder")
 def ladder() -> None:
     """Operate the ladder of delayed tasks (AceMQ TTL queues) on the app's broker."""
@@ -111,9 +117,7 @@ def ladder() -> None:
 @options.parked_option(cls=CeleryOption, help_group="Status Options")
 @options.due_option(cls=CeleryOption, help_group="Status Options")
 @options.json_option(cls=CeleryOption, help_group="Status Options")
-@click.option("--timeout", cls=CeleryOption, type=options.Number(min=0, min_open=True, max=MAX_TIMEOUT), default=1.0,
-              show_default=True, metavar="SECONDS", help_group="Status Options",
-              help="Seconds to wait for the workers' replies.")
+@timeout_option(help_group="Status Options", help="Seconds to wait for the workers' replies.")
 @click.pass_context
 @handle_preload_options
 def status(ctx: click.Context, parked: int, due: bool, as_json: bool, timeout: float, **kwargs: Any) -> None:
@@ -367,6 +371,32 @@ def adopt_lines(report: DrainReport, settings: LadderSettings) -> list[str]:
         f"{report.due_soon} due within {threshold(settings.hold_window):g} s, {report.copies} ladder copies",
         f"  {would}{'ack' if would else 'acked'} {report.originals_dropped} redelivered original(s) of adopted tasks",
     ]
+
+
+@ladder.command(cls=LadderCommand)
+@console.web_options(cls=CeleryOption, help_group="Web Options")
+@waiting.index_option(cls=CeleryOption, help_group="Web Options")
+@timeout_option(help_group="Web Options", help="Seconds to wait for the workers' counters at each refresh.")
+@click.pass_context
+@handle_preload_options
+def web(ctx: click.Context, host: str, port: int, read_only: bool, user: str, password_file: Optional[str],
+        token_file: Optional[str], refresh: float, page_size: int, look_limit: int, index_path: Optional[str],
+        timeout: float, **kwargs: Any) -> None:
+    """Serve the web console on the app's broker, with every worker's relay counters (needs the [web] extra).
+
+    It listens on 127.0.0.1 unless --host says otherwise; any other address needs
+    credentials (--password-file for HTTP basic, --token-file for a bearer token).
+    Every action is a POST with a CSRF token, behind a confirmation page;
+    --read-only removes them all.
+    """
+    console.require_extra()
+    settings = console.console_options(host=host, port=port, read_only=read_only, user=user,
+                                       password_file=password_file, token_file=token_file, refresh=refresh,
+                                       page_size=page_size, look_limit=look_limit)
+    app = ctx.obj.app
+    with _broker(ctx, log_level="INFO") as connection:
+        console.serve(connection, settings, index_path=index_path or default_path(_url(ctx)),
+                      counters=lambda: worker_counters(app, timeout=timeout), log_level="INFO")
 
 
 @ladder.command(cls=LadderCommand)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Optional
 
-__all__ = ["CARRIED_PROPERTIES", "COPIED_PROPERTIES", "text_of", "carried", "prepare_copy", "confirming"]
+__all__ = ["CARRIED_PROPERTIES", "COPIED_PROPERTIES", "text_of", "bytes_of", "carried", "prepare_copy", "confirming"]
 
 #: AMQP properties carried unchanged through every hop and onto delivery.
 #: ``expiration`` is deliberately absent (never parked in a rung) and so is
@@ -38,6 +38,15 @@ def text_of(value: Any, *, strict: bool = False) -> Optional[str]:
         except UnicodeDecodeError:
             return None
     return value if isinstance(value, str) else None
+
+
+def bytes_of(body: Any) -> bytes:
+    """A message body as bytes: kombu gives a str on some transports (the simulator), py-amqp bytes or a buffer."""
+    if isinstance(body, bytes):
+        return body
+    if isinstance(body, str):
+        return body.encode("utf-8", "surrogateescape")
+    return bytes(body or b"")
 
 
 def carried(properties: Mapping[str, Any], names: tuple[str, ...] = CARRIED_PROPERTIES) -> dict[str, Any]:

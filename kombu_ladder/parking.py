@@ -5,13 +5,14 @@ from __future__ import annotations
 import collections
 import logging
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Collection, Optional
 
-from .carry import confirming, prepare_copy, text_of
+from .carry import bytes_of, confirming, prepare_copy, text_of
 from .contract import CONTROL, EXCHANGE, PARKED_AT, PARKED_REASON, PARKING
 from .envelope import REFUSALS
 
-__all__ = ["PARKED_ID", "RAW_PROPERTIES", "ReplayResult", "parked_reasons", "replay", "unparked_headers"]
+__all__ = ["PARKED_ID", "RAW_PROPERTIES", "ReplayResult", "Parked", "parked_reasons", "parked_messages", "replay",
+           "discard", "unparked_headers"]
 
 logger = logging.getLogger(__name__)
 
@@ -27,6 +28,7 @@ RAW_PROPERTIES = "x-ladder-raw-properties"
 _UNPARKED = (PARKED_REASON, PARKED_AT, PARKED_ID, REFUSALS)
 
 I_REPLAYED = "replayed %d parked message(s) to %s; %d left parked"
+I_DISCARDED = "deleted the parked message %s"
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,22 @@ class ReplayResult:
     replayed: int
     #: Parked messages looked at and left in the parking queue (not matching, or over the limit).
     kept: int
+
+
+@dataclass(frozen=True)
+class Parked:
+    """One parked message as :func:`parked_messages` saw it (every field from the message: untrusted)."""
+
+    #: Its place in the parking queue (1 is the head).
+    position: int
+    #: Its ``x-ladder-parked-id`` (None: parked by RabbitMQ itself, or by an older relay).
+    parked_id: Optional[str]
+    #: Why it was parked.
+    reason: str
+    #: Its headers and properties as they arrived, and its body's bytes.
+    headers: dict[str, Any]
+    properties: dict[str, Any]
+    body: bytes
 
 
 def unparked_headers(headers: Optional[dict[str, Any]]) -> dict[str, Any]:
@@ -105,7 +123,41 @@ def parked_reasons(connection: Any, *, limit: int = 100) -> list[tuple[str, int]
     return tally.most_common()
 
 
-def replay(connection: Any, *, limit: Optional[int] = None, match: Optional[str] = None) -> ReplayResult:
+def parked_messages(connection: Any, *, limit: int = 100) -> list[Parked]:
+    """Return the first ``limit`` parked messages, head first, with why each was parked.
+
+    As :func:`parked_reasons`, the messages are only looked at: taken unacked, and
+    returned to their places when the channel closes.
+
+    Raises:
+        ValueError: ``limit`` is not a non-negative integer.
+    """
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+        raise ValueError(f"limit must be a non-negative integer, not {limit!r}")
+    found = []
+    channel = connection.channel()
+    try:
+        for position in range(1, min(limit, _depth(channel)) + 1):
+            message = channel.basic_get(PARKING, no_ack=False)
+            if message is None:
+                break
+            headers = dict(message.headers or {})
+            found.append(Parked(position, text_of(headers.get(PARKED_ID)), _reason(message), headers,
+                                dict(message.properties or {}), bytes_of(message.body)))
+    finally:
+        channel.close()  # the broker puts every unacked message back in its place
+    return found
+
+
+def _selected(message: Any, match: Optional[str], reason: Optional[str], ids: Optional[Collection[str]]) -> bool:
+    if ids is not None and text_of((message.headers or {}).get(PARKED_ID)) not in ids:
+        return False
+    why = _reason(message) if match is not None or reason is not None else ""
+    return (match is None or match in why) and (reason is None or reason == why)
+
+
+def replay(connection: Any, *, limit: Optional[int] = None, match: Optional[str] = None, reason: Optional[str] = None,
+           ids: Optional[Collection[str]] = None) -> ReplayResult:
     """Send parked messages back to the control queue, where the relay decides again.
 
     Run it after fixing what parked them (declare the missing exchange or
@@ -120,6 +172,8 @@ def replay(connection: Any, *, limit: Optional[int] = None, match: Optional[str]
         connection: a :class:`kombu.Connection` (py-amqp transport).
         limit: replay at most this many (default: all).
         match: replay only messages whose ``x-ladder-parked-reason`` contains this text.
+        reason: replay only messages parked for exactly this reason (one group of :func:`parked_reasons`).
+        ids: replay only messages with one of these ``x-ladder-parked-id`` values.
 
     Returns:
         A :class:`ReplayResult`.
@@ -137,7 +191,7 @@ def replay(connection: Any, *, limit: Optional[int] = None, match: Optional[str]
             message = channel.basic_get(PARKING, no_ack=False)
             if message is None:
                 break
-            if (match is not None and match not in _reason(message)) or (limit is not None and replayed >= limit):
+            if not _selected(message, match, reason, ids) or (limit is not None and replayed >= limit):
                 kept += 1  # left unacked: it goes back to its place when the channel closes
                 continue
             _send_back(channel, message)
@@ -147,6 +201,27 @@ def replay(connection: Any, *, limit: Optional[int] = None, match: Optional[str]
         channel.close()
     logger.info(I_REPLAYED, replayed, CONTROL, kept)
     return ReplayResult(replayed=replayed, kept=kept)
+
+
+def discard(connection: Any, parked_id: str) -> bool:
+    """Delete the parked message whose ``x-ladder-parked-id`` is ``parked_id``; return whether one was found.
+
+    The parking queue is looked at once, head first; the message is acked (the broker
+    drops it) and every other one goes back to its place.
+    """
+    channel = connection.channel()
+    try:
+        for _ in range(_depth(channel)):
+            message = channel.basic_get(PARKING, no_ack=False)
+            if message is None:
+                break
+            if text_of((message.headers or {}).get(PARKED_ID)) == parked_id:
+                channel.basic_ack(message.delivery_tag)
+                logger.info(I_DISCARDED, parked_id)
+                return True
+    finally:
+        channel.close()
+    return False
 
 
 def _send_back(channel: Any, message: Any) -> None:

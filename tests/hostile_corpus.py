@@ -28,6 +28,7 @@ from kombu_ladder.link import RawMessage, link_for
 __all__ = [
     "Case", "cases", "valid", "declare_targets", "publish", "take_raw", "decoded", "relayed", "WRITE_PERMISSION",
     "VALID_QUEUE", "PASS_QUEUE", "HEADERS_QUEUE", "FANOUT_OK", "FANOUT_FULL", "FORBIDDEN", "TARGET_QUEUES",
+    "MARKUP", "MARKUP_SIGNS",
 ]
 
 #: Where valid messages go (through the default exchange).
@@ -44,6 +45,23 @@ FORBIDDEN = "hostile.forbidden"
 WRITE_PERMISSION = r"^(?!hostile\.forbidden$).*$"
 #: Every queue a case may reach.
 TARGET_QUEUES = (VALID_QUEUE, PASS_QUEUE, HEADERS_QUEUE, FANOUT_OK, FANOUT_FULL)
+
+#: Strings a message may carry (ids, task names, headers, bodies, parked reasons) that a page would run or
+#: misread if it did not escape them: the web console must show each as the text it is.
+MARKUP = (
+    "<script>window.ladderPwned = 1</script>",
+    "\"><img src=x onerror=\"window.ladderPwned=2\">",
+    "'><svg onload=window.ladderPwned=3>",
+    "javascript:window.ladderPwned=4",
+    "</textarea></pre></code><b>bold</b>",
+    "{{ 7 * 7 }}{% raw %}",
+    "&lt;already&gt; &amp; escaped",
+    "\u202eevil\u202c right-to-left",
+    "nul\x00 bell\x07 esc\x1b[31m red",
+    "<style>body{display:none}</style>",
+)
+#: What must never appear in a page's HTML, unescaped, once the strings above are on it (case-insensitive).
+MARKUP_SIGNS = ("<script", "<img", "<svg onload", "<style>body", "<b>bold", "onerror=\"", "\u202e")
 
 #: How big the compression bomb inflates (it is passed on compressed, never inflated).
 BOMB = 256 * 1024 * 1024

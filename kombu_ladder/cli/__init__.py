@@ -12,8 +12,9 @@ from kombu import Connection
 from .. import __version__
 from ..brokers import DEFAULT_BROKER
 from ..compat import is_no_args_help
+from ..index import default_path
 from ..link import clock_of
-from . import checks, commands, options, oversight, waiting
+from . import checks, commands, console, options, oversight, waiting
 
 __all__ = ["cli", "main", "BROKER_ENV"]
 
@@ -357,6 +358,35 @@ def relay(prefetch: int, hold_window: float, hold_bytes: int, max_delay: float, 
     with _broker(log_level="INFO") as connection:
         commands.relay(connection, options=tuning, report_every=report_every, metrics_port=metrics_port,
                        metrics_address=metrics_address, metrics_interval=metrics_interval, queue_type=queue_type)
+
+
+@cli.command()
+@console.web_options()
+@console.relay_metrics_option()
+@waiting.index_option()
+@_common_options(top=False)
+def web(host: str, port: int, read_only: bool, user: str, password_file: Optional[str], token_file: Optional[str],
+        refresh: float, page_size: int, look_limit: int, relay_metrics: Sequence[str],
+        index_path: Optional[str]) -> None:
+    """Serve the web console: what waits and when, what was parked, and the actions (needs the [web] extra).
+
+    \b
+    It listens on 127.0.0.1 unless --host says otherwise; any other address needs
+    credentials (--password-file for HTTP basic, --token-file for a bearer token).
+    Every action is a POST with a CSRF token, behind a confirmation page;
+    --read-only removes them all. Queue depths, the index and the relays are read
+    once every --refresh seconds, however many people watch; --relay-metrics adds
+    standalone relays' counters.
+    """
+    console.require_extra()
+    settings = console.console_options(host=host, port=port, read_only=read_only, user=user,
+                                       password_file=password_file, token_file=token_file, refresh=refresh,
+                                       page_size=page_size, look_limit=look_limit)
+    counters = console.relay_scraper(relay_metrics)
+    url = _root_options().get("broker", DEFAULT_BROKER)
+    with _broker(log_level="INFO") as connection:
+        console.serve(connection, settings, index_path=index_path or default_path(url), counters=counters,
+                      log_level=_root_options().get("log_level") or "INFO")
 
 
 def main(argv: Optional[Sequence[str]] = None, *, prog_name: str = "kombu-ladder") -> int:

@@ -12,7 +12,7 @@ import click
 
 from ..cancellation.records import STREAM as CANCELLATIONS
 from ..cancellation.stream import cancel_many
-from ..index import BY, Filter, IndexStore, IndexUnavailable, Row, default_path, parse_when, sync
+from ..index import BY, Filter, IndexStore, IndexUnavailable, Row, default_path, ids_of, parse_when, sync
 from ..index.query import hour_label
 from ..index.records import STREAM as INDEX
 from . import commands
@@ -218,9 +218,7 @@ def bulk_cancel(connection: Any, store: IndexStore, found: Filter, now_ms: int, 
     if found.task is None and found.exchange is None and found.routing_key is None:
         raise BadUsage(E_NO_FILTER)
     rows = store.listing(dataclasses.replace(found, everything=False), now_ms, limit=-1)
-    by_task = sorted({r.entry.task_id for r in rows if r.entry.task_id})
-    by_message = sorted({r.entry.message_id for r in rows if r.entry.message_id and not r.entry.task_id})
-    unnamed = sum(1 for r in rows if not r.entry.task_id and not r.entry.message_id)
+    by_task, by_message, unnamed = ids_of(rows)
     total = len(by_task) + len(by_message)
     if dry_run:
         for row in rows:

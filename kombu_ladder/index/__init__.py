@@ -5,10 +5,10 @@ from __future__ import annotations
 from .query import BY, Filter, parse_when
 from .reader import INDEX_ENV, IndexUnavailable, SyncResult, default_path, sync
 from .records import STREAM, Entry, IndexRecordError
-from .store import IndexStore, Row
+from .store import IndexStore, Row, ids_of
 from .writer import IndexWriter, declare_index
 
 __all__ = [
     "STREAM", "Entry", "IndexRecordError", "IndexWriter", "declare_index", "IndexStore", "Row", "Filter", "BY",
-    "parse_when", "sync", "SyncResult", "IndexUnavailable", "default_path", "INDEX_ENV",
+    "ids_of", "parse_when", "sync", "SyncResult", "IndexUnavailable", "default_path", "INDEX_ENV",
 ]

@@ -6,14 +6,14 @@ import os
 import sqlite3
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Optional
+from typing import Iterable, Iterator, Optional, Sequence
 
 from ..cancellation.records import SLACK
-from .query import Filter, group_sql, where
+from .query import WAITING, Filter, group_sql, where
 from .records import STREAM as INDEX
 from .records import Entry
 
-__all__ = ["IndexStore", "Row", "SCHEMA_VERSION", "KEEP_PAST_MS"]
+__all__ = ["IndexStore", "Row", "ids_of", "SCHEMA_VERSION", "KEEP_PAST_MS"]
 
 #: The file layout's version: a file of another version is rebuilt from the streams.
 SCHEMA_VERSION = 2
@@ -50,6 +50,15 @@ class Row:
     #: ``waiting``; ``cancelled`` (a cancellation record names it); ``due`` (its due time has passed: delivered,
     #: or on its way).
     state: str
+
+
+def ids_of(rows: Sequence[Row]) -> tuple[list[str], list[str], int]:
+    """The ids a bulk cancel of ``rows`` records: task ids, message ids of the rows that are no task, and how many
+    rows have neither (they cannot be cancelled by id)."""
+    by_task = sorted({r.entry.task_id for r in rows if r.entry.task_id})
+    by_message = sorted({r.entry.message_id for r in rows if r.entry.message_id and not r.entry.task_id})
+    unnamed = sum(1 for r in rows if not r.entry.task_id and not r.entry.message_id)
+    return by_task, by_message, unnamed
 
 
 class IndexStore:
@@ -196,6 +205,19 @@ class IndexStore:
         order = "1" if by == "due-hour" else f"{len(keys) + 1} DESC, 1"
         sql = f"SELECT {grouped}, count(*) FROM entries e WHERE {condition} GROUP BY {grouped} ORDER BY {order}"
         return [(tuple(values[:-1]), values[-1]) for values in self._db.execute(sql, params)]
+
+    def histogram(self, start_ms: int, width_ms: int, buckets: int, now_ms: int) -> list[int]:
+        """How many waiting entries fall due in each of ``buckets`` windows of ``width_ms`` from ``start_ms``
+        (the next hour by minute: ``histogram(now, 60_000, 60, now)``)."""
+        if width_ms <= 0 or buckets <= 0:
+            raise ValueError(f"width_ms and buckets must be positive, not {width_ms!r} and {buckets!r}")
+        counts = [0] * buckets
+        sql = (f"SELECT (e.due - :start) / :width, count(*) FROM entries e WHERE {WAITING} AND e.due >= :start "
+               "AND e.due < :end GROUP BY 1")
+        params = {"start": start_ms, "width": width_ms, "end": start_ms + width_ms * buckets, "now": now_ms}
+        for bucket, n in self._db.execute(sql, params):
+            counts[int(bucket)] = int(n)
+        return counts
 
     def __len__(self) -> int:
         return int(self._db.execute("SELECT count(*) FROM entries").fetchone()[0])

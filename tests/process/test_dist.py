@@ -30,7 +30,20 @@ ROOT = Path(__file__).resolve().parents[2]
 DIST_ENV = "LADDER_DIST"
 
 #: The extras a user installs, each into a virtualenv of its own ("" is kombu-ladder alone).
-EXTRAS = ("", "celery", "django", "prometheus")
+EXTRAS = ("", "celery", "django", "prometheus", "web")
+
+#: Renders every template of the web console from the installed package and reads its stylesheet: the wheel ships
+#: them (package data), and the extra brings what they need.
+WEB_ASSETS = """
+from importlib import resources
+from kombu_ladder.web.app import _environment
+env = _environment()
+names = sorted(env.list_templates())
+assert "base.html" in names and "overview.html" in names, names
+assert resources.files("kombu_ladder.web").joinpath("static/console.css").read_text().startswith("/*")
+import uvicorn, starlette
+print(len(names))
+"""
 
 
 @pytest.fixture(scope="module")
@@ -111,6 +124,13 @@ def test_the_wheel_installs_alone_and_with_each_extra(extra: str, venvs: dict[st
     assert (metrics.returncode == 0) == (extra == "prometheus"), metrics.stderr
     django = run(bin_dir, "python", "-c", "import django", cwd=tmp_path)
     assert (django.returncode == 0) == (extra == "django"), django.stderr
+    web = run(bin_dir, "python", "-c", WEB_ASSETS, cwd=tmp_path)
+    assert (web.returncode == 0) == (extra == "web"), web.stderr
+    if extra == "web":
+        assert int(web.stdout) >= 10, web.stdout
+    else:  # without the extra, the command says what to install
+        refused = run(bin_dir, "kombu-ladder", "web", cwd=tmp_path)
+        assert refused.returncode == 1 and "pip install 'kombu-ladder[web]'" in refused.stderr, refused.stderr
 
 
 @pytest.mark.process

@@ -58,6 +58,7 @@ def test_the_distribution_is_kombu_ladder_with_celery_and_django_as_extras() -> 
 
     assert extra("celery") == {"celery"}
     assert extra("django") == {"celery", "django"}
+    assert extra("web") == {"starlette", "jinja2", "uvicorn"}
     for name in ("test", "docs", "lint", "bench"):
         assert extra(name), f"the {name} extra is missing"
 
@@ -74,9 +75,10 @@ def test_the_sdist_and_the_wheel_hold_both_packages_and_nothing_stray(tmp_path: 
     with tarfile.open(sdist) as tf:
         in_sdist = {name.split("/", 1)[1] for name in tf.getnames() if "/" in name}
     sources = {str(p.relative_to(ROOT)) for package in ("kombu_ladder", "celery_ladder")
-               for p in (ROOT / package).rglob("*") if p.is_file() and p.suffix in (".py", ".typed")
+               for p in (ROOT / package).rglob("*") if p.is_file() and p.suffix in (".py", ".typed", ".html", ".css")
                and "__pycache__" not in p.parts}
-    assert {"kombu_ladder/py.typed", "celery_ladder/py.typed"} <= sources
+    assert {"kombu_ladder/py.typed", "celery_ladder/py.typed", "kombu_ladder/web/templates/base.html",
+            "kombu_ladder/web/static/console.css"} <= sources
     packaged = {name for name in in_wheel if not name.startswith("kombu_ladder-")}
     assert packaged == sources
     entry_points = next(n for n in in_wheel if n.endswith("entry_points.txt"))

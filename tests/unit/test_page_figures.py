@@ -291,6 +291,9 @@ FIGURES: tuple[Figure, ...] = (
     Figure("how.rst", "1,000,000 records took 88.22 s (11,335 records/s)", Bench(SEC6, "relay start")),
     Figure("how.rst", "hopped 3,506 messages/s against 3,428 with none", Bench(SEC6, "hops/s")),
     Figure("how.rst", "1,000,000 live cancellations take 144.7 MiB", Bench(SEC6, "memory")),
+    # web.rst
+    Figure("web.rst", "bodies are cut to 4 KiB",
+           Code(lambda: [__import__("kombu_ladder.web.preview").web.preview.PREVIEW_BYTES / 1024])),
     # operations.rst
     Figure("operations.rst", "every expiry 5 ms late", Code(_hops_lag)),
     Figure("operations.rst", "bounds at ±1, ±2.5, ±5, ±10, ±25, ±50, ±100, ±250, ±500 ms, ±1, ±2.5, ±5, ±10, "
