@@ -51,6 +51,15 @@ MISSING = "web.missing"
 DEADLINE = 60.0
 
 
+def shot(page: Any, name: str, *, full_page: bool = False) -> None:
+    """Save a screenshot as docs/_static/console/NAME.png, whole or not at all: CI runs this test in two lanes of
+    one checkout at once while ``make docs`` copies the pictures, so each is written aside and renamed into place."""
+    final = SHOTS / f"{name}.png"
+    aside = final.with_name(f".{name}.{os.getpid()}.png")
+    page.screenshot(path=str(aside), full_page=full_page)
+    os.replace(aside, final)
+
+
 def _playwright() -> Any:
     try:
         from playwright.sync_api import sync_playwright
@@ -184,10 +193,10 @@ def test_the_console_drives_the_ladder_in_a_browser(broker_url: str, publisher: 
             wait_for(overview, DEADLINE, interval=0.5, message="the worker's counters on the overview")
             assert "acemq.schedule.1h" in page.locator("table.depths").inner_text()
             assert page.locator(".chart svg").count() == 2
-            page.screenshot(path=str(SHOTS / "overview.png"))
+            shot(page, "overview")
             visit("/waiting?task=webapp.when")
             assert page.locator("table.rows tbody tr").count() >= 4
-            page.screenshot(path=str(SHOTS / "waiting.png"))
+            shot(page, "waiting")
 
             # The hostile task: its markup is text on every page that shows it, and nothing ran.
             visit(f"/message?id={hostile.id}")
@@ -204,11 +213,11 @@ def test_the_console_drives_the_ladder_in_a_browser(broker_url: str, publisher: 
             page.wait_for_selector("h3:text('Headers')")  # the page reloads itself until the look is done
             assert "acemq.schedule.1h" in page.locator("dl.facts").inner_text()
             assert '"ACME"' in page.locator("pre").nth(1).inner_text()  # the kwargs, decoded
-            page.screenshot(path=str(SHOTS / "message.png"), full_page=True)
+            shot(page, "message", full_page=True)
             page.fill("input[name=when]", "+5s")
             asked = time.time()  # the confirmation page reads "+5s" from its own now, a little later
             page.click("form.inline button")
-            page.screenshot(path=str(SHOTS / "confirm.png"))
+            shot(page, "confirm")
             assert "The broker committed one transaction" in confirm("Rescheduled")
 
             # Run another now.
@@ -229,7 +238,7 @@ def test_the_console_drives_the_ladder_in_a_browser(broker_url: str, publisher: 
                       durable=True).declare()
             visit("/parked")
             assert "NOT_FOUND" in page.locator("main").inner_text()
-            page.screenshot(path=str(SHOTS / "parked.png"), full_page=True)
+            shot(page, "parked", full_page=True)
             page.click("text=Replay this group…")
             assert "The broker confirmed 1 copy(ies)" in confirm("Replayed 1")
 
