@@ -211,13 +211,17 @@ def waiting_find(ident: str, as_json: bool, index_path: Optional[str], no_sync: 
         waiting.find(store, ident, now, as_json=as_json)
 
 
+def _waiting_filters(f: Any) -> Any:
+    """``--due-before``, ``--due-after``, ``--target``, ``--routing-key``, ``--task`` and ``--everything``, in that
+    order: what ``waiting list`` and ``waiting count`` select by."""
+    for option in (waiting.everything_option, waiting.task_option, waiting.routing_key_option, waiting.target_option,
+                   waiting.due_after_option, waiting.due_before_option):
+        f = option()(f)
+    return f
+
+
 @waiting_group.command(name="list")
-@waiting.due_before_option()
-@waiting.due_after_option()
-@waiting.target_option()
-@waiting.routing_key_option()
-@waiting.task_option()
-@waiting.everything_option()
+@_waiting_filters
 @waiting.page_limit_option()
 @waiting.page_offset_option()
 @options.json_option()
@@ -236,12 +240,7 @@ def waiting_list(due_before: Optional[int], due_after: Optional[int], target: Op
 
 @waiting_group.command(name="count")
 @waiting.by_option()
-@waiting.due_before_option()
-@waiting.due_after_option()
-@waiting.target_option()
-@waiting.routing_key_option()
-@waiting.task_option()
-@waiting.everything_option()
+@_waiting_filters
 @options.json_option()
 @waiting.index_option()
 @waiting.no_sync_option()
