@@ -169,8 +169,9 @@ def _give_back(channel: Any, queue: str) -> None:
 
     Closing the channel gives them back too, but the queue learns of the close after the
     channel has answered it: a scan that follows at once (the next find, the next
-    reschedule) can find the queue short of them, and miss the message it looks for (seen
-    on RabbitMQ 4.0 and 3.10, a few reads in a thousand under load). ``basic.recover``
+    reschedule) can find the queue short of them, and miss the message it looks for (a
+    read right after the close came short about once in a hundred, on RabbitMQ 4.0 and
+    3.10). ``basic.recover``
     hands them back to the queue before it replies, and a passive declare on the same
     channel is answered by the queue after it has them.
     """
