@@ -145,23 +145,34 @@ class Scenario:
     def wait_all(self, sent: int, timeout: float) -> dict[str, int]:
         """Wait until every message arrived and the ladder is empty; return the collector's figures.
 
-        On the quorum profile, deliveries that stop for :data:`STALL` seconds with messages missing
-        are checked for RabbitMQ 3.10's stalled at-least-once dead-letter worker (rabbitmq-server
-        PR #7677): a rung holding dead-lettered messages it no longer forwards gets its leadership
-        moved to another node, the operator's remedy, and the rung is recorded in :attr:`unstuck`.
+        On the quorum profile, deliveries that stop for :data:`STALL` seconds while the ladder is
+        not done (messages missing, or all of them delivered and the rungs still holding some: the
+        copies an at-least-once dead-lettering sends twice) are checked for RabbitMQ 3.10's stalled
+        at-least-once dead-letter worker (rabbitmq-server PR #7677): a rung holding dead-lettered
+        messages it no longer forwards gets its leadership moved to another node, the operator's
+        remedy, and the rung is recorded in :attr:`unstuck`.
         """
         quiet_since = [time.monotonic()]
 
+        def unstick_if_quiet(now: float) -> None:
+            if self.queue_type != "quorum" or now - max(self.collector.last_at, quiet_since[0]) <= STALL:
+                return
+            quiet_since[0] = now
+            for queue, backlog in stalled_rungs(self.cluster, self.vhost).items():
+                self.unstuck.append(f"{queue} ({backlog} dead-lettered, held)")
+                transfer_leadership(self.cluster, self.vhost, queue)
+
         def settled() -> bool:
             now = time.monotonic()
-            if (self.queue_type == "quorum" and self.collector.unique < sent
-                    and now - max(self.collector.last_at, quiet_since[0]) > STALL):
-                quiet_since[0] = now
-                for queue, backlog in stalled_rungs(self.cluster, self.vhost).items():
-                    self.unstuck.append(f"{queue} ({backlog} dead-lettered, held)")
-                    transfer_leadership(self.cluster, self.vhost, queue)
-            return (self.collector.unique == sent and now - self.collector.last_at > 2.0
-                    and ladder_depth(self.cluster, self.vhost) == 0)
+            if self.collector.unique < sent:
+                unstick_if_quiet(now)
+                return False
+            if now - self.collector.last_at <= 2.0:
+                return False
+            if ladder_depth(self.cluster, self.vhost) == 0:
+                return True
+            unstick_if_quiet(now)
+            return False
 
         wait_until(settled, timeout, f"all {sent} messages delivered", self.diagnose)
         return self.collector.figures(sent)
@@ -170,8 +181,10 @@ class Scenario:
         logs = "\n".join(relay.log()[-2000:] for relay in self.relays)
         queues = self.cluster.any_ctl("list_queues", "-p", self.vhost, "name", "type", "leader", "messages_ready",
                                       "messages_unacknowledged", "consumers", "--no-table-headers")
+        held = stalled_rungs(self.cluster, self.vhost) if self.queue_type == "quorum" else {}
         return (f"delivered {self.collector.unique} distinct, {self.collector.total} in all\n"
-                f"queues:\n{queues}\nrelays alive: {self.relays_alive()}\n{logs}")
+                f"queues:\n{queues}\ndead-lettered and held by rungs now: {held}; unstuck before: {self.unstuck}\n"
+                f"relays alive: {self.relays_alive()}\n{logs}")
 
     def relays_alive(self) -> list[bool]:
         return [relay.alive() for relay in self.relays]
