@@ -8,7 +8,7 @@ import time
 import uuid
 from collections import deque
 from types import TracebackType
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 from .. import readable, wire
 from ..contract import CONTROL, PARKING
@@ -23,7 +23,7 @@ from .counters import AllowList, Counters
 from .holder import GUESS_BYTES, Holder
 from .notices import Notices, guarded
 from .options import RelayOptions
-from .pending import Job, Publish
+from .pending import Job
 from .publisher import Publisher
 
 __all__ = ["RelayCore"]
@@ -45,6 +45,13 @@ D_WINDOW = "the relay consumes with a window of %d (%d held, %d bytes; largest m
 SIZES_KEPT = 64
 #: How many cancelled consumer tags keep their callback (for deliveries already on their way).
 RETIRED_KEPT = 16
+
+
+class Held(NamedTuple):
+    """A message the relay holds until it is due, and the decision to deliver it then (encoded only then)."""
+
+    job: Job
+    decision: Hold
 
 
 class RelayCore:
@@ -207,12 +214,12 @@ class RelayCore:
             self._release_held()
             return
         now_ms, hops, delivered = int(self.clock() * 1000), 0, 0
-        for due_ms, publish in self.held.release_with_due():
+        for due_ms, held in self.held.release_with_due():
             if due_ms <= now_ms:
-                publisher.send(publish)
+                self._carry_out(held.job, held.decision)
                 delivered += 1
             else:
-                publisher.send(publisher.prepare(publish.job, Hop(fit_rung(due_ms - now_ms) or 1)))
+                self._carry_out(held.job, Hop(fit_rung(due_ms - now_ms) or 1))
                 hops += 1
         if hops or delivered:
             logger.info(I_STANDING_DOWN, hops, delivered)
@@ -229,8 +236,8 @@ class RelayCore:
     def _release_held(self) -> None:
         """Give every held message back to the broker (requeued at once, for any relay to take)."""
         channel = self._consume
-        for publish in self.held.release():
-            job = publish.job
+        for held in self.held.release():
+            job = held.job
             if self.publisher is not None:
                 self.publisher.forget(job)
             if channel is None:
@@ -274,9 +281,9 @@ class RelayCore:
     @guarded("held deliveries")
     def fire(self) -> None:
         """Publish every held delivery that is due (the driver calls this at the due time)."""
-        for publish in self.held.take_due(self.clock()):
-            if not self._cancelled_while_held(publish):
-                self.publisher.send(publish)  # type: ignore[union-attr]  # held only while it has one
+        for held in self.held.take_due(self.clock()):
+            if not self._cancelled_while_held(held.job):
+                self._carry_out(held.job, held.decision)
         self._pace()
 
     # -- back-pressure: the byte budget -----------------------------------------------------
@@ -358,27 +365,35 @@ class RelayCore:
         tag = message.delivery_info["delivery_tag"]
         job = publisher.track(Job(tag=tag, body=bytes(message.body), raw=b"\x00\x00" if raw is None else raw))
         self._sizes.append(_size(job))
+        self._safely(job, self._handle)
+        self._pace()
+
+    def _safely(self, job: Job, step: Callable[[Job], None]) -> None:
+        """Run ``step`` on ``job``: the one boundary, so that no message stops the relay. A message that
+        makes it fail before its publish was sent is parked with the error, its properties as bytes."""
         try:
-            self._handle(job, publisher)
+            step(job)
         except CONNECTION_ERRORS:
             raise
         except Exception as exc:  # noqa: BLE001 - the one boundary: no message stops the relay
-            self.notices.warn("internal", E_MESSAGE, tag, level=logging.ERROR, exc_info=True)
-            if job.publish is None:
-                publisher.park(job, f"unhandled: the relay failed on this message: {type(exc).__name__}: "
-                                    f"{escape(exc)}", raw_only=True)
-        self._pace()
+            self.notices.warn("internal", E_MESSAGE, job.tag, level=logging.ERROR, exc_info=True)
+            if job.publish is None and self.publisher is not None:
+                self.publisher.park(job, f"unhandled: the relay failed on this message: {type(exc).__name__}: "
+                                         f"{escape(exc)}", raw_only=True)
 
-    def _handle(self, job: Job, publisher: Publisher) -> None:
-        """Read the message once, decide once and encode once; then hold it, or publish it (deliver, hop, park)."""
+    def _handle(self, job: Job) -> None:
+        """Read the message once and decide once; then hold the decision, or carry it out (deliver, hop, park)."""
         decision = self._decide(job)
         if decision is None:
             return  # cancelled: dropped
-        publish = publisher.prepare(job, decision)
         if isinstance(decision, Hold):
-            self.held.hold(decision.due_at, publish, self.clock(), size=_size(job))
+            self.held.hold(decision.due_at, Held(job, decision), self.clock(), size=_size(job))
         else:
-            publisher.send(publish)
+            self.publisher.carry_out(job, decision)  # type: ignore[union-attr]  # a message arrives only with one
+
+    def _carry_out(self, job: Job, decision: Decision) -> None:
+        """Carry out ``decision`` for a message that was held (within the boundary of :meth:`_safely`)."""
+        self._safely(job, lambda job: self.publisher.carry_out(job, decision))  # type: ignore[union-attr]
 
     def _decide(self, job: Job) -> Optional[Decision]:
         """Where ``job``'s message goes (any problem is a Park with the reason); None: it is cancelled, and dropped."""
@@ -411,12 +426,12 @@ class RelayCore:
                             f"to: {problem} (routing_key={quote(decision.routing_key)})")
         return decision
 
-    def _cancelled_while_held(self, publish: Publish) -> bool:
+    def _cancelled_while_held(self, job: Job) -> bool:
         """Drop a held delivery whose cancellation arrived while it was held (checked again at its due time)."""
-        fields = publish.job.props.fields if publish.job.props is not None else {}
-        cancelled = self.cancels.cancelled(fields.get("message_id"), fields.get("correlation_id"), publish.job.headers)
+        fields = job.props.fields if job.props is not None else {}
+        cancelled = self.cancels.cancelled(fields.get("message_id"), fields.get("correlation_id"), job.headers)
         if cancelled is not None:
-            self._drop_cancelled(publish.job, cancelled)
+            self._drop_cancelled(job, cancelled)
         return cancelled is not None
 
     def _drop_cancelled(self, job: Job, message_id: str) -> None:

@@ -8,12 +8,12 @@ import threading
 from contextlib import contextmanager
 from typing import Any, Iterator
 
-from backends import declare_target, depth
+from backends import declare_target, depth, get
 
 from kombu_ladder import LadderProducer, declare
-from kombu_ladder.contract import CONTROL
+from kombu_ladder.contract import CONTROL, PARKED_REASON, PARKING
 from kombu_ladder.observe import lateness_seconds
-from kombu_ladder.relay import Relay
+from kombu_ladder.relay import Relay, outgoing
 from kombu_ladder.relay.publisher import Publisher
 
 
@@ -125,3 +125,35 @@ def test_a_burst_ten_times_the_hold_capacity_is_delivered_with_none_early(ladder
             assert depth(conn, "t.hold.burst") == 300
             assert len(sent) == 300 and min(sent) >= -0.001, f"a delivery published early: {sorted(sent)[:3]}"
             assert relay.counters.hops > 0, "more than the capacity: some took a rung"
+
+
+def test_a_held_message_that_fails_at_its_due_time_is_parked_and_the_relay_goes_on(
+        ladder_backend: Any, monkeypatch: Any) -> None:
+    """A held delivery is encoded at its due time, outside the message's arrival: a failure then still parks
+    it with the reason (nothing lost) and the other held message is delivered."""
+    encode = outgoing.encode
+
+    def failing(kind: str, props: Any, headers: Any = None, **kw: Any) -> bytes:
+        if kind == "deliver" and "x-test-boom" in (headers or {}):
+            raise RuntimeError("boom at the due time")
+        return encode(kind, props, headers if headers is not None else {}, **kw)
+
+    monkeypatch.setattr(outgoing, "encode", failing)
+    clock = ladder_backend.clock
+    with ladder_backend.connection() as conn:
+        declare(conn)
+        declare_target(conn, "t.hold.boom")
+        with running(ladder_backend, conn) as relay:
+            producer = LadderProducer(conn.default_channel, clock=clock)
+            producer.publish(b"doomed", routing_key="t.hold.boom", countdown=4, headers={"x-test-boom": 1})
+            producer.publish(b"kept", routing_key="t.hold.boom", countdown=4)
+            ladder_backend.wait_until(lambda: len(relay.core.held) == 2, 20, "both held by the relay")
+            ladder_backend.wait_until(lambda: relay.counters.parked == 1 and relay.counters.delivered == 1, 20,
+                                      "one parked and one delivered at the due time")
+            assert len(relay.core.held) == 0
+        kept = get(conn, "t.hold.boom")
+        assert kept is not None and kept.body == b"kept"
+        parked = get(conn, PARKING)
+        assert parked is not None and parked.body == b"doomed"
+        assert parked.headers[PARKED_REASON] == ("unhandled: the relay failed on this message: RuntimeError: "
+                                                 "boom at the due time")
