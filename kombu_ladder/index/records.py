@@ -92,6 +92,15 @@ def entry(*, message_id: Any, task_id: Any, task: Any, exchange: str, routing_ke
     return Entry(name(message_id), name(task_id), name(task), exchange, routing_key, due, at, max(0, size))
 
 
+def _name(value: Any) -> Optional[str]:
+    """A target header as a name (bytes decoded as UTF-8), or None when it is none (not text, or too long)."""
+    if isinstance(value, (bytes, bytearray)):
+        value = bytes(value).decode("utf-8", "replace")
+    if not isinstance(value, str) or len(value.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+        return None
+    return value
+
+
 def entry_of(properties: Mapping[str, Any], headers: Mapping[str, Any], size: int, *, at: int,
              due: Optional[int] = None, was: Optional[int] = None) -> Optional[Entry]:
     """The entry of a message waiting in the ladder (its properties and ``x-schedule-*`` headers, as it sits in a
@@ -99,11 +108,8 @@ def entry_of(properties: Mapping[str, Any], headers: Mapping[str, Any], size: in
     ``x-schedule-due-at``), published at ``at``. None when it is not a valid ladder message (no target, a target
     that is not a short str, no due time): nothing is indexed for it.
     """
-    exchange, routing_key = headers.get(TARGET_EXCHANGE, ""), headers.get(TARGET_ROUTING_KEY)
-    exchange, routing_key = (value.decode("utf-8", "replace") if isinstance(value, (bytes, bytearray)) else value
-                             for value in (exchange, routing_key))
-    if not all(isinstance(value, str) and len(value.encode("utf-8", "surrogatepass")) <= MAX_NAME_BYTES
-               for value in (exchange, routing_key)):
+    exchange, routing_key = _name(headers.get(TARGET_EXCHANGE, "")), _name(headers.get(TARGET_ROUTING_KEY))
+    if exchange is None or routing_key is None:
         return None
     due = parse_due_at(headers.get(DUE_AT)) if due is None else due
     if due is None or not 0 <= due < 2 ** 53:
