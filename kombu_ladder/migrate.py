@@ -11,10 +11,13 @@ from typing import Any, Callable, Optional
 from kombu import Connection, Consumer, Queue
 
 from .cancellation.records import STREAM, LiveSet, RecordError, decode, encode_marker
-from .carry import confirming, prepare_copy
+from .carry import bytes_of, confirming, prepare_copy
 from .contract import CONTROL, EXCHANGE, PARKING, rung_names
 from .envelope import strip_death
 from .errors import LadderError
+from .index.records import STREAM as INDEX
+from .index.records import Entry, entry_of
+from .index.writer import append as append_index
 from .link import clock_of
 from .relay.cancelwatch import CATCH_UP_TIMEOUT, RECORD_PREFETCH, cancelled_id, read_from
 from .topology import declare
@@ -27,6 +30,9 @@ I_MOVED = "moved %d message(s) from %s"
 I_DROPPED = "dropped %d cancelled message(s) from %s instead of moving them"
 W_NO_RECORDS = ("the source's %s was not read to its end within %.0f s; messages cancelled by the records "
                 "not read are moved")
+W_UNINDEXED = "the rest of the move is not indexed on the target's %s (%d entr(y/ies) so far)"
+
+index_logger = logging.getLogger("kombu_ladder.index")
 
 #: Messages moved per round: consumed with this prefetch, published, confirmed together, then acked.
 BATCH = 200
@@ -41,6 +47,8 @@ class MoveResult:
     moved: dict[str, int] = field(default_factory=dict)
     #: Messages dropped per source queue instead of moved: the source's cancellations cancel them.
     cancelled: dict[str, int] = field(default_factory=dict)
+    #: Entries for the moved messages appended to the target's ``ladder.index`` (see :func:`move`).
+    indexed: int = 0
 
     @property
     def total(self) -> int:
@@ -64,6 +72,15 @@ def move(source: Connection, target: Connection, *, limit: Optional[int] = None,
     it (counted in :attr:`MoveResult.cancelled`). A message in a rung carries
     no rung-entry time, so there its id alone decides; parked messages are
     always moved.
+
+    The index of waiting work moves too: where the source or the target has a
+    ``ladder.index`` stream (declared on the target when only the source has
+    one), an entry for each message moved from a rung or the control queue
+    (its ids, task name, target, due time and size; published now) is
+    appended to the target's, after each batch was confirmed, so that
+    ``waiting find`` on the target finds it (counted in
+    :attr:`MoveResult.indexed`). An entry the target refuses is logged on the
+    ``kombu_ladder.index`` logger and the move goes on, unindexed from there.
 
     Body, properties and application headers are copied unchanged (minus
     RabbitMQ's ``x-death`` bookkeeping). Each message is acked on ``source``
@@ -94,6 +111,9 @@ def move(source: Connection, target: Connection, *, limit: Optional[int] = None,
     queues = [*rung_names(), CONTROL] + ([PARKING] if include_parked else [])
     clock = clock_of(source, None)
     live = read_cancellations(source, clock=clock)
+    source_indexed = _has_index(source)
+    carry = _IndexCarry(target, clock, declare=source_indexed,
+                        enabled=source_indexed or _has_index(target))
     moved: dict[str, int] = {}
     cancelled: dict[str, int] = {}
     out = target.channel()
@@ -101,7 +121,8 @@ def move(source: Connection, target: Connection, *, limit: Optional[int] = None,
     try:
         for name in queues:
             drop = None if name == PARKING or not len(live) else _Dropper(live, clock)
-            moved[name] = _move_queue(source, confirms, name, limit, drop)
+            moved[name] = _move_queue(source, confirms, name, limit, drop,
+                                      None if name == PARKING else carry)
             cancelled[name] = drop.count if drop is not None else 0
             if moved[name]:
                 logger.info(I_MOVED, moved[name], name)
@@ -109,7 +130,60 @@ def move(source: Connection, target: Connection, *, limit: Optional[int] = None,
                 logger.info(I_DROPPED, cancelled[name], name)
     finally:
         out.close()
-    return MoveResult(moved, cancelled)
+    return MoveResult(moved, cancelled, carry.written)
+
+
+def _has_index(connection: Connection) -> bool:
+    """Whether ``connection``'s vhost has the ``ladder.index`` stream (the index of waiting work is in use)."""
+    try:
+        channel = connection.channel()
+    except Exception:  # noqa: BLE001 - the move itself reports a connection that does not work
+        return False
+    try:
+        channel.queue_declare(INDEX, passive=True)
+        return True
+    except connection.channel_errors:
+        return False
+    finally:
+        try:
+            channel.close()
+        except Exception:  # noqa: BLE001 - a passive declare that failed closed it already
+            logger.debug("closing the index probe channel failed", exc_info=True)
+
+
+class _IndexCarry:
+    """The index entries of the moved messages, appended to the target's ``ladder.index`` per confirmed batch."""
+
+    def __init__(self, target: Connection, clock: Callable[[], float], *, declare: bool, enabled: bool) -> None:
+        self.target, self.clock, self.declare, self.enabled = target, clock, declare, enabled
+        self.pending: list[Entry] = []
+        self.written = 0
+
+    def add(self, message: Any) -> None:
+        """Keep the entry of ``message`` (moved from a rung or the control queue), if it is a ladder message."""
+        if not self.enabled:
+            return
+        try:
+            found = entry_of(message.properties or {}, message.headers or {}, len(bytes_of(message.body)),
+                             at=int(self.clock() * 1000))
+        except Exception:  # noqa: BLE001 - an untrusted message: it is moved all the same, only unindexed
+            index_logger.debug("no index entry for a moved message", exc_info=True)
+            return
+        if found is not None:
+            self.pending.append(found)
+
+    def flush(self) -> None:
+        """Append the entries kept (their messages are confirmed by the target); a refusal stops the carrying."""
+        pending, self.pending = self.pending, []
+        if not pending or not self.enabled:
+            return
+        if append_index(self.target, pending, declare=self.declare,
+                        what="those moved messages are waiting on the target, unindexed"):
+            self.written += len(pending)
+            self.declare = False
+            return
+        self.enabled = False
+        index_logger.warning(W_UNINDEXED, INDEX, self.written)
 
 
 class _Dropper:
@@ -179,7 +253,7 @@ def read_cancellations(source: Connection, *, clock: Callable[[], float] = time.
 
 
 def _move_queue(source: Connection, confirms: "_Confirms", name: str, limit: Optional[int],
-                drop: Optional[_Dropper] = None) -> int:
+                drop: Optional[_Dropper] = None, carry: Optional[_IndexCarry] = None) -> int:
     channel = source.channel()
     try:
         try:
@@ -208,8 +282,12 @@ def _move_queue(source: Connection, confirms: "_Confirms", name: str, limit: Opt
                 if drop is not None and drop(message):
                     continue  # cancelled: acked with its batch, never moved
                 confirms.publish(message, parked=name == PARKING)
+                if carry is not None:
+                    carry.add(message)
             confirms.wait()
             batch[-1].ack(multiple=True)
+            if carry is not None:
+                carry.flush()
             count += len(batch)
         return count - (drop.count if drop is not None else 0)
     finally:

@@ -12,6 +12,11 @@ other message the scan looked at goes back to its place.
 The copy is the same message (body, properties, headers, routing, message id) with a
 new ``x-schedule-due-at``; a Celery task message (protocol 2) also gets the new time as
 its ``eta`` header, which the worker waits for.
+
+Where the index of waiting work is in use (the ``ladder.index`` stream exists), an entry
+for the copy, due at the new time and naming the due time it replaces, is appended after
+the commit: the next sync shows the new due time in place of the old one. A failure to
+append is logged and changes nothing of the move.
 """
 
 from __future__ import annotations
@@ -22,10 +27,12 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping, Optional, Union
 
-from .carry import prepare_copy
+from .carry import bytes_of, prepare_copy
 from .contract import CONTROL, DUE_AT, rung_names
+from .index.records import Entry, entry_of
+from .index.writer import append as append_index
 from .peek import DEFAULT_LIMIT, Progress, Sighting, find
-from .plan import Delay, delay_seconds, to_millis
+from .plan import Delay, delay_seconds, parse_due_at, to_millis
 
 __all__ = ["RESCHEDULED_QUEUES", "Rescheduled", "reschedule", "due_from", "moved_headers"]
 
@@ -52,6 +59,9 @@ class Rescheduled:
     seconds: float
     #: Whether the scan stopped at ``limit`` before looking at every message.
     truncated: bool
+    #: Whether an entry for the copy, due at its new time, was appended to ``ladder.index`` (False: nothing
+    #: was moved, the stream does not exist, or the broker refused it; see :doc:`/waiting`).
+    indexed: bool = False
 
 
 def due_from(when: Union[Delay, datetime], now: float, *, argument: str = "when") -> int:
@@ -104,12 +114,33 @@ def reschedule(connection: Any, ident: str, when: Union[Delay, datetime], *, lim
         TypeError, ValueError: ``when`` or ``limit`` is not valid (naming it).
     """
     due_at = due_from(when, clock())
-    result = find(connection, ident, limit=limit, queues=RESCHEDULED_QUEUES, progress=progress,
-                  take=lambda channel, message: _replace(channel, message, due_at))
+    copies: list[Optional[Entry]] = []
+
+    def take(channel: Any, message: Any) -> None:
+        _replace(channel, message, due_at)
+        copies.append(_copy_entry(message, due_at, int(clock() * 1000)))
+
+    result = find(connection, ident, limit=limit, queues=RESCHEDULED_QUEUES, progress=progress, take=take)
     moved = result.found[0] if result.found else None
+    indexed = False
     if moved is not None:
         logger.info(I_MOVED, ident, moved.queue, moved.due_at, due_at)
-    return Rescheduled(moved, due_at, result.looked_at, result.seconds, result.truncated)
+        entries = [copy for copy in copies if copy is not None]
+        indexed = bool(entries) and append_index(
+            connection, entries, what=f"the index shows {ident} due at its old time until it falls due")
+    return Rescheduled(moved, due_at, result.looked_at, result.seconds, result.truncated, indexed)
+
+
+def _copy_entry(message: Any, due_at: int, now_ms: int) -> Optional[Entry]:
+    """The index entry of ``message``'s copy due at ``due_at``, replacing its entry due at its old time."""
+    try:
+        headers = message.headers if isinstance(message.headers, Mapping) else {}
+        properties = dict(getattr(message, "properties", None) or {})
+        return entry_of(properties, headers, len(bytes_of(message.body)), at=now_ms, due=due_at,
+                        was=parse_due_at(headers.get(DUE_AT)))
+    except Exception:  # noqa: BLE001 - an untrusted message: it is moved all the same, only unindexed
+        logger.debug("no index entry for a moved message", exc_info=True)
+        return None
 
 
 def _replace(channel: Any, message: Any, due_at: int) -> None:

@@ -63,6 +63,7 @@ I_MOVED_ROW = "{:<26} {:>9}"
 I_MOVED = "moved {} message(s)"
 I_MOVE_DROPPED = ("dropped {} cancelled message(s) instead of moving them (the source's ladder.cancellations "
                   "cancel them)")
+I_MOVE_INDEXED = "indexed {} moved message(s) in the target's ladder.index (waiting find/list there after a sync)"
 #: ``status --due``: the table's header and row, and what the bounds mean.
 I_DUE_ROW = "{:<18} {:>9} {:>9}"
 I_DUE_NOTE = ("bounds from the rung depths alone: a rung's messages fall due before the next",
@@ -298,6 +299,8 @@ def move(connection: Connection, to: str, *, limit: Optional[int] = None, keep_p
     dropped = sum(result.cancelled.values())
     if dropped:
         emit(I_MOVE_DROPPED.format(dropped))
+    if result.indexed:
+        emit(I_MOVE_INDEXED.format(result.indexed))
 
 
 def relay_options(**values: Any) -> RelayOptions:

@@ -28,6 +28,7 @@ E_NOT_MOVED = ("nothing moved: no waiting message has the id {ident!r} in the ru
                "(looked at {looked_at} message(s){more}); it may be delivered already, or held by a relay for "
                "its last seconds")
 I_MOVED = "moved {ident} (message {position} of {queue}) into acemq.schedule.due, due at its new time"
+I_INDEXED = "the index of waiting work (ladder.index) shows the new due time from its next sync"
 I_LOOKED = "looked at {looked_at} message(s) in {seconds:.2f} s; each one is back at its place"
 I_PROGRESS = "looking into {queue}: {looked_at} of {depth} message(s)"
 
@@ -106,7 +107,7 @@ def move_message(connection: Any, ident: str, when: Any, *, limit: int = DEFAULT
     if as_json:
         emit(json.dumps({"moved": result.found.__dict__ if result.found else None, "due_at": result.due_at,
                          "looked_at": result.looked_at, "seconds": round(result.seconds, 3),
-                         "truncated": result.truncated}, indent=2, sort_keys=True))
+                         "truncated": result.truncated, "indexed": result.indexed}, indent=2, sort_keys=True))
     if result.found is None:
         more = E_TRUNCATED.format(limit=limit) if result.truncated else ""
         raise CommandError(E_NOT_MOVED.format(ident=ident, looked_at=result.looked_at, more=more))
@@ -114,6 +115,8 @@ def move_message(connection: Any, ident: str, when: Any, *, limit: int = DEFAULT
         emit(I_MOVED.format(ident=ident, queue=result.found.queue, position=result.found.position))
         emit(f"was due {_when(result.found.due_at, now)}")
         emit(f"now due {_when(result.due_at, now)}")
+        if result.indexed:
+            emit(I_INDEXED)
     return result
 
 

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Mapping, Optional, Sequence
 
 from ..cancellation.records import MAX_ID_BYTES
+from ..contract import DUE_AT, TARGET_EXCHANGE, TARGET_ROUTING_KEY
 from ..jsonrecords import load_object, millis
+from ..plan import parse_due_at
 
 __all__ = [
     "STREAM", "STREAM_ARGUMENTS", "VERSION", "KIND_BATCH", "KIND_MARKER", "MAX_RECORD_BYTES", "MAX_NAME_BYTES",
-    "Entry", "Batch", "IndexRecordError", "entry", "encode_batch", "encode_marker", "decode",
+    "Entry", "Batch", "IndexRecordError", "entry", "entry_of", "encode_batch", "encode_marker", "decode",
 ]
 
 #: The stream the index records go to. Ours, like ``ladder.cancellations``: no AceMQ peer reads or writes it,
@@ -55,6 +57,9 @@ class Entry:
     at: int
     #: Its body's size in bytes.
     size: int
+    #: For the entry of a rescheduled (or run-now) copy, the due time it replaces (epoch ms): the entry of that
+    #: id due then, published no later than this one (plus the slack), is superseded. None for a scheduled message.
+    was: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -87,9 +92,38 @@ def entry(*, message_id: Any, task_id: Any, task: Any, exchange: str, routing_ke
     return Entry(name(message_id), name(task_id), name(task), exchange, routing_key, due, at, max(0, size))
 
 
+def _name(value: Any) -> Optional[str]:
+    """A target header as a name (bytes decoded as UTF-8), or None when it is none (not text, or too long)."""
+    if isinstance(value, (bytes, bytearray)):
+        value = bytes(value).decode("utf-8", "replace")
+    if not isinstance(value, str) or len(value.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+        return None
+    return value
+
+
+def entry_of(properties: Mapping[str, Any], headers: Mapping[str, Any], size: int, *, at: int,
+             due: Optional[int] = None, was: Optional[int] = None) -> Optional[Entry]:
+    """The entry of a message waiting in the ladder (its properties and ``x-schedule-*`` headers, as it sits in a
+    rung or the control queue), as its producer would have written it: due at ``due`` (default: its
+    ``x-schedule-due-at``), published at ``at``. None when it is not a valid ladder message (no target, a target
+    that is not a short str, no due time): nothing is indexed for it.
+    """
+    exchange, routing_key = _name(headers.get(TARGET_EXCHANGE, "")), _name(headers.get(TARGET_ROUTING_KEY))
+    if exchange is None or routing_key is None:
+        return None
+    due = parse_due_at(headers.get(DUE_AT)) if due is None else due
+    if due is None or not 0 <= due < 2 ** 53:
+        return None
+    task = headers.get("task") if "id" in headers else None
+    found = entry(message_id=properties.get("message_id"), task=task,
+                  task_id=(properties.get("correlation_id") or headers.get("id")) if task is not None else None,
+                  exchange=exchange, routing_key=routing_key, due=due, at=at, size=size)
+    return replace(found, was=was) if was is not None else found
+
+
 def _entry_object(item: Entry) -> dict[str, Any]:
     found: dict[str, Any] = {"e": item.exchange, "r": item.routing_key, "d": item.due, "a": item.at, "s": item.size}
-    for key, value in (("m", item.message_id), ("c", item.task_id), ("t", item.task)):
+    for key, value in (("m", item.message_id), ("c", item.task_id), ("t", item.task), ("w", item.was)):
         if value is not None:
             found[key] = value
     return found
@@ -129,6 +163,7 @@ def _decode_entry(found: Any, index: int) -> Entry:
         millis(found.get("d"), where + "d", error=IndexRecordError),
         millis(found.get("a"), where + "a", error=IndexRecordError),
         size,
+        None if found.get("w") is None else millis(found.get("w"), where + "w", error=IndexRecordError),
     )
 
 

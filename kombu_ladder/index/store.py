@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Optional, Sequence
 
-from ..cancellation.records import SLACK
+from ..cancellation.records import LIFE, SLACK
 from .query import WAITING, Filter, group_sql, where
 from .records import STREAM as INDEX
 from .records import Entry
@@ -16,30 +16,62 @@ from .records import Entry
 __all__ = ["IndexStore", "Row", "ids_of", "SCHEMA_VERSION", "KEEP_PAST_MS"]
 
 #: The file layout's version: a file of another version is rebuilt from the streams.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: How long (ms) an entry is kept after its due time, so ``find`` can still say "due at ..., delivered".
 KEEP_PAST_MS = 24 * 3600 * 1000
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
     message_id TEXT, task_id TEXT, task TEXT, exchange TEXT NOT NULL, routing_key TEXT NOT NULL,
-    due INTEGER NOT NULL, at INTEGER NOT NULL, size INTEGER NOT NULL, cancelled INTEGER NOT NULL DEFAULT 0);
+    due INTEGER NOT NULL, at INTEGER NOT NULL, size INTEGER NOT NULL, cancelled INTEGER NOT NULL DEFAULT 0,
+    was INTEGER);
 CREATE INDEX IF NOT EXISTS entries_message_id ON entries (message_id) WHERE message_id IS NOT NULL;
 CREATE INDEX IF NOT EXISTS entries_task_id ON entries (task_id) WHERE task_id IS NOT NULL;
 CREATE INDEX IF NOT EXISTS entries_due ON entries (due, cancelled);
 CREATE INDEX IF NOT EXISTS entries_target ON entries (exchange, routing_key, due, cancelled);
 CREATE INDEX IF NOT EXISTS entries_task ON entries (task, due, cancelled);
+CREATE TABLE IF NOT EXISTS moves (message_id TEXT, task_id TEXT, was INTEGER NOT NULL, at INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS moves_message_id ON moves (message_id, was) WHERE message_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS moves_task_id ON moves (task_id, was) WHERE task_id IS NOT NULL;
 CREATE TABLE IF NOT EXISTS cancels (id TEXT PRIMARY KEY, at INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS streams (name TEXT PRIMARY KEY, next_offset INTEGER NOT NULL, skipped INTEGER NOT NULL);
 """
 
-#: Marks the entries a cancellation written at ``:at`` applies to (what was published before it, plus the slack).
-_MARK = ("UPDATE entries SET cancelled = 1 WHERE {column} = :id AND at <= :at + :slack AND NOT cancelled")
+#: How long after a cancellation was written (ms) it still applies to an entry: one published before it (plus the
+#: slack); a rescheduled copy's (``was`` set) while the record is live, since a relay matches a copy put into the
+#: control queue by its id alone.
+_REACH = "CASE WHEN {table}.was IS NULL THEN :slack ELSE :life END"
+#: Marks the entries a cancellation written at ``:at`` applies to.
+_MARK = ("UPDATE entries SET cancelled = 1 WHERE {column} = :id AND at <= :at + " + _REACH.format(table="entries")
+         + " AND NOT cancelled")
 #: Marks the entries added since ``:after`` (a rowid) that a cancellation read before applies to.
 _MARK_NEW = ("UPDATE entries SET cancelled = 1 WHERE rowid > :after AND EXISTS (SELECT 1 FROM cancels c "
-             "WHERE c.id IN (entries.message_id, entries.task_id) AND c.at + :slack >= entries.at)")
+             "WHERE c.id IN (entries.message_id, entries.task_id) AND entries.at <= c.at + "
+             + _REACH.format(table="entries") + ")")
+#: The entries a rescheduled copy's entry supersedes: same message id (or task id), due at the time the copy
+#: replaced, published no later than the copy's entry (plus the slack for clocks), and not that entry itself.
+_SUPERSEDED = """
+SELECT e.rowid FROM {first} CROSS JOIN {second} ON e.{column} = m.{column}
+WHERE m.{column} IS NOT NULL AND {new} AND e.due = m.was
+AND e.at <= m.at + :slack AND NOT (e.was IS m.was AND e.at = m.at)"""
 
-_COLUMNS = "e.message_id, e.task_id, e.task, e.exchange, e.routing_key, e.due, e.at, e.size"
+
+def _supersede(new: str) -> str:
+    """``_SUPERSEDED`` for both ids, driven from the table whose new rows are checked (``e``: the entries added
+    since the rowid ``:after``, each looked up in the moves' indexes; ``m``: the moves added since ``:after``,
+    each looked up in the entries' id indexes)."""
+    first, second = ("entries e", "moves m") if new == "e" else ("moves m", "entries e")
+    selects = [_SUPERSEDED.format(first=first, second=second, column=column, new=f"{new}.rowid > :after")
+               for column in ("message_id", "task_id")]
+    return f"DELETE FROM entries WHERE rowid IN ({selects[0]} UNION {selects[1]})"
+
+
+#: Supersede what the entries added since ``:after`` replaced, or what replaced them.
+_SUPERSEDE_BY_NEW_ENTRIES = _supersede("e")
+#: Supersede what the moves added since ``:after`` replaced.
+_SUPERSEDE_BY_NEW_MOVES = _supersede("m")
+
+_COLUMNS = "e.message_id, e.task_id, e.task, e.exchange, e.routing_key, e.due, e.at, e.size, e.was"
 
 
 @dataclass(frozen=True)
@@ -73,12 +105,16 @@ class IndexStore:
         self._db.execute("PRAGMA synchronous=NORMAL")
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
         if version not in (0, SCHEMA_VERSION):
-            for table in ("entries", "cancels", "streams"):
+            for table in ("entries", "moves", "cancels", "streams"):
                 self._db.execute(f"DROP TABLE IF EXISTS {table}")
         self._db.executescript(_SCHEMA)
         self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         #: Whether any cancellation is known (new entries are checked against them only then).
         self._cancels = self._db.execute("SELECT 1 FROM cancels LIMIT 1").fetchone() is not None
+        #: Whether any rescheduled copy is known (new entries are checked against them only then).
+        self._moves = self._db.execute("SELECT 1 FROM moves LIMIT 1").fetchone() is not None
+        #: Whether a bulk load is under way, and whether moves it read are still to be applied to older entries.
+        self._loading = self._moves_unchecked = False
 
     def close(self) -> None:
         """Close the file."""
@@ -105,11 +141,17 @@ class IndexStore:
             "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'entries' AND sql IS NOT NULL")]
         for name in names:
             self._db.execute(f"DROP INDEX {name}")
+        self._loading = True
         try:
             yield
         finally:
+            self._loading = False
             self.commit()
             self._db.executescript(_SCHEMA)
+            if self._moves_unchecked:
+                with self.transaction():
+                    self._db.execute(_SUPERSEDE_BY_NEW_MOVES, {"after": 0, "slack": SLACK})
+                self._moves_unchecked = False
 
     def begin(self) -> None:
         """Start a transaction (what is written until :meth:`commit` is written together)."""
@@ -124,13 +166,33 @@ class IndexStore:
     # -- writing (the reader) ----------------------------------------------------
 
     def add(self, entries: Iterable[Entry]) -> None:
-        """Add entries (marked cancelled if a cancellation read already applies to them)."""
+        """Add entries (marked cancelled if a cancellation read already applies to them).
+
+        The entry of a rescheduled copy (``was`` set) supersedes the entry of the message it replaced: that
+        entry is removed, whichever of the two is read first (a producer may send its entry after the
+        reschedule's), so the index keeps one entry per moved message, with its latest due time.
+        """
+        entries = list(entries)
         after = self._db.execute("SELECT coalesce(max(rowid), 0) FROM entries").fetchone()[0]
+        moves_after = self._db.execute("SELECT coalesce(max(rowid), 0) FROM moves").fetchone()[0]
         self._db.executemany(
-            "INSERT INTO entries VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0)",
-            ((e.message_id, e.task_id, e.task, e.exchange, e.routing_key, e.due, e.at, e.size) for e in entries))
+            "INSERT INTO entries VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?)",
+            ((e.message_id, e.task_id, e.task, e.exchange, e.routing_key, e.due, e.at, e.size, e.was)
+             for e in entries))
+        moved = [(e.message_id, e.task_id, e.was, e.at) for e in entries
+                 if e.was is not None and (e.message_id or e.task_id)]
+        if moved:
+            self._db.executemany("INSERT INTO moves VALUES (?, ?, ?, ?)", moved)
+            self._moves = True
+        if self._moves:
+            self._db.execute(_SUPERSEDE_BY_NEW_ENTRIES, {"after": after, "slack": SLACK})
+        if moved:
+            if self._loading:  # no id indexes on entries: once, when they are built again
+                self._moves_unchecked = True
+            else:
+                self._db.execute(_SUPERSEDE_BY_NEW_MOVES, {"after": moves_after, "slack": SLACK})
         if self._cancels:
-            self._db.execute(_MARK_NEW, {"after": after, "slack": SLACK})
+            self._db.execute(_MARK_NEW, {"after": after, "slack": SLACK, "life": LIFE})
 
     def cancel(self, ident: str, at: int) -> None:
         """Remember a cancellation of ``ident`` written at ``at`` (epoch ms) and mark the entries it applies to:
@@ -139,7 +201,7 @@ class IndexStore:
                          (ident, at))
         self._cancels = True
         for column in ("message_id", "task_id"):
-            self._db.execute(_MARK.format(column=column), {"id": ident, "at": at, "slack": SLACK})
+            self._db.execute(_MARK.format(column=column), {"id": ident, "at": at, "slack": SLACK, "life": LIFE})
 
     def position(self, stream: str) -> tuple[Optional[int], int]:
         """The next offset to read of ``stream`` (None: never read) and how many records were skipped there."""
@@ -154,6 +216,8 @@ class IndexStore:
         """Forget where ``stream`` was read to (and every entry, for ``ladder.index``): it is read again."""
         if stream == INDEX:
             self._db.execute("DELETE FROM entries")
+            self._db.execute("DELETE FROM moves")
+            self._moves = False
         self._db.execute("DELETE FROM streams WHERE name = ?", (stream,))
 
     def oldest(self) -> Optional[int]:
@@ -162,7 +226,8 @@ class IndexStore:
         return None if found is None else int(found)
 
     def prune(self, now_ms: int, *, keep_ms: int = KEEP_PAST_MS) -> int:
-        """Forget entries due more than ``keep_ms`` ago; return how many."""
+        """Forget entries due more than ``keep_ms`` ago (and reschedules of entries due then); return how many."""
+        self._db.execute("DELETE FROM moves WHERE was < ?", (now_ms - keep_ms,))
         return self._db.execute("DELETE FROM entries WHERE due < ?", (now_ms - keep_ms,)).rowcount
 
     # -- reading (the operator) ----------------------------------------------------

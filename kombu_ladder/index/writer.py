@@ -5,16 +5,21 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
+from kombu import Producer
+
+from ..carry import waiting_for_confirms
 from .records import MAX_ENTRIES, STREAM, STREAM_ARGUMENTS, Entry, encode_batch
 
-__all__ = ["IndexWriter", "Send", "BATCH", "LINGER", "declare_index"]
+__all__ = ["IndexWriter", "Send", "BATCH", "LINGER", "declare_index", "append"]
 
 logger = logging.getLogger("kombu_ladder.index")
 
 W_LOST = "could not append %d index entr(y/ies) to %s (%s); those messages are waiting but unindexed"
 W_UNDECLARED = "could not declare the stream %s (%s); index entries are sent to it anyway"
+W_NOT_APPENDED = "could not append %d index entr(y/ies) to %s (%s); %s"
+I_NO_STREAM = "%s does not exist (the index is not in use here): %d entr(y/ies) not written"
 
 #: Entries a writer sends in one record, at most.
 BATCH = 200
@@ -103,3 +108,58 @@ class IndexWriter:
     def pending(self) -> int:
         """Entries kept, not sent yet."""
         return len(self._pending)
+
+
+def _close_quietly(channel: Any) -> None:
+    try:
+        channel.close()
+    except Exception:  # noqa: BLE001 - a dead connection (or a closed channel) has nothing to close
+        logger.debug("closing the index channel failed", exc_info=True)
+
+
+def append(connection: Any, entries: Sequence[Entry], *, declare: bool = False, what: str = "") -> bool:
+    """Append ``entries`` to ``ladder.index`` on a channel of its own, in records of :data:`BATCH`, each one
+    confirmed: for an operator's command (a reschedule, a move), not a producer's publish path.
+
+    Only where the stream exists: an index nobody uses is not started by a command. With ``declare`` the
+    stream is declared first (a refusal is logged, and the stream may exist all the same). Nothing is
+    raised: the command the entries belong to has done its work already; a refusal is logged on the
+    ``kombu_ladder.index`` logger (as a warning; ``what`` says what is left unindexed).
+
+    Returns:
+        Whether every entry was appended (False: no stream, or the broker refused them).
+    """
+    entries = list(entries)
+    if not entries:
+        return True
+    channel = None
+    try:
+        if declare:
+            channel = connection.channel()
+            try:
+                declare_index(channel)
+            except connection.channel_errors as exc:
+                logger.warning(W_UNDECLARED, STREAM, getattr(exc, "reply_text", None) or exc)
+                _close_quietly(channel)
+                channel = None
+        if channel is None:
+            channel = connection.channel()
+        try:
+            channel.queue_declare(queue=STREAM, passive=True)
+        except connection.channel_errors:
+            logger.info(I_NO_STREAM, STREAM, len(entries))
+            return False
+        channel = waiting_for_confirms(channel)
+        producer = Producer(channel, auto_declare=False)
+        for start in range(0, len(entries), BATCH):
+            producer.publish(encode_batch(entries[start:start + BATCH]), exchange="", routing_key=STREAM,
+                             content_type="application/json", content_encoding="utf-8", delivery_mode=2,
+                             mandatory=True, retry=False)
+    except Exception as exc:  # noqa: BLE001 - the index never fails the command it indexes
+        logger.warning(W_NOT_APPENDED, len(entries), STREAM, getattr(exc, "reply_text", None) or exc,
+                       what or "those messages are waiting but unindexed")
+        return False
+    finally:
+        if channel is not None:
+            _close_quietly(channel)
+    return True

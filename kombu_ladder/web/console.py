@@ -131,7 +131,7 @@ class Console:
         self.counters_error: Optional[str] = None
         #: What this console did, newest first.
         self.recent: collections.deque[Outcome] = collections.deque(maxlen=RECENT)
-        #: New due times of messages this console moved (the index keeps the old one): id -> epoch ms.
+        #: New due times of messages this console moved (until the index has read them): id -> epoch ms.
         self.moved: dict[str, int] = {}
         self._local = threading.local()
         self._acting = threading.Lock()
@@ -341,7 +341,9 @@ class Console:
                 f"due {iso(moved.found.due_at)}.",
                 f"The broker committed one transaction: a copy due {iso(moved.due_at)} went into {CONTROL} and "
                 "the original was taken, so it is delivered once.",
-                "The index keeps the time it was published with; this console remembers the new one."),
+                "The index shows the new time from its next read." if moved.indexed else
+                "The index was not told (it is not in use here, or the broker refused the entry): it keeps the "
+                "old time; this console remembers the new one."),
             at=now, action=action, details={"id": ident, "queue": moved.found.queue, "due_at": moved.due_at}))
 
     def bulk_rows(self, found: Filter) -> list[Row]:

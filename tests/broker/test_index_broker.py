@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+import time
+from typing import Any
+
 import pytest
-from helpers import vhost_url
+from helpers import drain, temporary_vhost, vhost_url, wait_for
+from helpers import queue_depth as depth
 from kombu import Connection, Queue
 
-from kombu_ladder import LadderProducer, declare
+from kombu_ladder import LadderProducer, Scheduler, cancel, declare
 from kombu_ladder.cancellation.stream import cancel_many
+from kombu_ladder.contract import CONTROL
 from kombu_ladder.index import Filter, IndexStore, sync
 from kombu_ladder.index.records import STREAM
+from kombu_ladder.migrate import move
 
 pytestmark = pytest.mark.broker
 
@@ -54,9 +63,6 @@ def test_a_sync_reads_what_producers_indexed_then_only_what_is_new(fresh_vhost: 
 
 def test_bulk_cancel_by_task_drops_those_tasks_and_delivers_the_rest(fresh_vhost: str, tmp_path: object,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    from helpers import wait_for
-
-    from kombu_ladder import Scheduler
     from kombu_ladder.cli import main
 
     url = vhost_url(fresh_vhost)
@@ -76,3 +82,140 @@ def test_bulk_cancel_by_task_drops_those_tasks_and_delivers_the_rest(fresh_vhost
         target = Queue("index.target", no_declare=True).bind(conn.default_channel)
         delivered = sorted(m.properties["correlation_id"] for m in iter(lambda: target.get(no_ack=True), None))
         assert delivered == ["t-0", "t-2", "t-4"]
+
+
+def _schedule_tasks(conn: Connection, *ids: str, countdown: float = 7200) -> None:
+    """Celery-shaped task messages ``countdown`` seconds ahead, indexed."""
+    with Scheduler.on(conn, relay=False, index=True) as scheduler:
+        for task_id in ids:
+            scheduler.in_(countdown, b"{}", routing_key="index.target", correlation_id=task_id,
+                          message_id=f"m-{task_id}", headers={"task": "billing.send_invoice", "id": task_id},
+                          content_type="application/json")
+
+
+def test_after_a_reschedule_and_a_run_now_the_index_shows_the_new_due_times(fresh_vhost: str, tmp_path: object) -> None:
+    with Connection(vhost_url(fresh_vhost)) as conn:
+        declare(conn)
+        Queue("index.target", durable=True)(conn.default_channel).declare()
+        _schedule_tasks(conn, "t-later", "t-now", "t-kept")
+        store = IndexStore(str(tmp_path) + "/index.sqlite")  # type: ignore[operator]
+        assert sync(conn, store).entries == 3
+        old_due = store.find("t-later", int(time.time() * 1000))[0].entry.due
+        with Scheduler.on(conn, relay=False) as scheduler:  # no index on this one: the reschedule writes anyway
+            later = scheduler.reschedule("t-later", 600)
+            now = scheduler.run_now("t-now")
+        assert later.indexed and now.indexed and later.found is not None and later.found.due_at == old_due
+        assert sync(conn, store).entries == 2
+        now_ms = int(time.time() * 1000)
+        [row] = store.find("t-later", now_ms)
+        assert (row.state, row.entry.due, row.entry.was) == ("waiting", later.due_at, old_due)
+        assert (row.entry.message_id, row.entry.task, row.entry.routing_key) == ("m-t-later", "billing.send_invoice",
+                                                                               "index.target")
+        [row] = store.find("m-t-now", now_ms)
+        assert (row.state, row.entry.due) == ("due", now.due_at)
+        soon = [r.entry.task_id for r in store.listing(Filter(due_before=now_ms + 900_000), now_ms)]
+        assert soon == ["t-later"]  # the run-now one is due (not waiting), the kept one two hours ahead
+        assert store.count(Filter(), now_ms) == [((), 2)]
+        store.close()
+
+
+def test_the_cli_reschedule_reaches_waiting_find(fresh_vhost: str, tmp_path: object,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from kombu_ladder.cli import main
+
+    url = vhost_url(fresh_vhost)
+    index = str(tmp_path) + "/index.sqlite"  # type: ignore[operator]
+    with Connection(url) as conn:
+        declare(conn)
+        Queue("index.target", durable=True)(conn.default_channel).declare()
+        _schedule_tasks(conn, "t-cli")
+    assert main(["--broker", url, "waiting", "find", "t-cli", "--index", index, "--json"]) == 0
+    [before] = json.loads(capsys.readouterr().out)["found"]
+    assert main(["--broker", url, "reschedule", "t-cli", "300"]) == 0
+    assert "shows the new due time from its next sync" in capsys.readouterr().out
+    assert main(["--broker", url, "waiting", "find", "t-cli", "--index", index, "--json"]) == 0
+    [after] = json.loads(capsys.readouterr().out)["found"]
+    assert after["state"] == "waiting" and before["due_ms"] - after["due_ms"] > 6000 * 1000
+    assert abs(after["due_ms"] - (time.time() + 300) * 1000) < 60_000
+    assert main(["--broker", url, "run-now", "t-cli"]) == 0
+    capsys.readouterr()
+    assert main(["--broker", url, "waiting", "find", "t-cli", "--index", index, "--json"]) == 0
+    [run] = json.loads(capsys.readouterr().out)["found"]
+    assert run["state"] == "due" and run["due_ms"] <= time.time() * 1000
+
+
+def test_a_reschedule_where_the_index_is_not_used_writes_no_stream(fresh_vhost: str) -> None:
+    with Connection(vhost_url(fresh_vhost)) as conn:
+        declare(conn)
+        Queue("index.target", durable=True)(conn.default_channel).declare()
+        with Scheduler.on(conn, relay=False) as scheduler:
+            scheduler.in_(7200, b"{}", routing_key="index.target", message_id="plain")
+            moved = scheduler.reschedule("plain", 60)
+        assert moved.found is not None and not moved.indexed
+        channel = conn.channel()
+        with pytest.raises(conn.channel_errors):
+            channel.queue_declare(STREAM, passive=True)
+
+
+def test_a_move_indexes_the_moved_messages_on_the_target(rabbit_vhost: str, fresh_vhost: str,
+                                                         tmp_path: object) -> None:
+    with temporary_vhost(f"{rabbit_vhost}-blue-{os.getpid()}") as blue_vhost, \
+            Connection(vhost_url(blue_vhost)) as blue, Connection(vhost_url(fresh_vhost)) as green:
+        declare(blue)
+        Queue("index.target", durable=True)(blue.default_channel).declare()
+        _schedule_tasks(blue, "t-moved", "t-doomed")
+        _schedule_tasks(blue, "t-soon", countdown=90)
+        cancel(blue, "t-doomed")
+        blue_store = IndexStore(str(tmp_path) + "/blue.sqlite")  # type: ignore[operator]
+        sync(blue, blue_store)
+        due = {i: blue_store.find(i, int(time.time() * 1000))[0].entry.due for i in ("t-moved", "t-soon")}
+        wait_for(lambda: depth(blue, "acemq.schedule.1h") == 2, 10, message="the publishes to arrive")
+        result = move(blue, green)
+        assert (result.total, result.indexed) == (2, 2)
+        store = IndexStore(str(tmp_path) + "/green.sqlite")  # type: ignore[operator]
+        assert sync(green, store).entries == 2
+        now_ms = int(time.time() * 1000)
+        for task_id in ("t-moved", "t-soon"):
+            [row] = store.find(task_id, now_ms)
+            assert (row.state, row.entry.due, row.entry.task_id, row.entry.message_id) == (
+                "waiting", due[task_id], task_id, f"m-{task_id}")
+            assert (row.entry.task, row.entry.exchange, row.entry.routing_key, row.entry.size) == (
+                "billing.send_invoice", "", "index.target", 2)
+        assert store.find("t-doomed", now_ms) == []  # dropped by the move, not indexed on green
+        store.close()
+        blue_store.close()
+
+
+def test_a_move_from_a_broker_without_the_index_starts_none_on_the_target(rabbit_vhost: str, fresh_vhost: str) -> None:
+    with temporary_vhost(f"{rabbit_vhost}-blue-{os.getpid()}") as blue_vhost, \
+            Connection(vhost_url(blue_vhost)) as blue, Connection(vhost_url(fresh_vhost)) as green:
+        declare(blue)
+        LadderProducer(blue.default_channel).publish(b"x", routing_key="index.target", countdown=7200)
+        wait_for(lambda: depth(blue, "acemq.schedule.1h") == 1, 10, message="the publish to arrive")
+        result = move(blue, green)
+        assert (result.total, result.indexed) == (1, 0)
+        with pytest.raises(green.channel_errors):
+            green.channel().queue_declare(STREAM, passive=True)
+
+
+def test_a_refused_index_write_is_logged_and_the_move_goes_on(rabbit_vhost: str, fresh_vhost: str,
+                                                              monkeypatch: pytest.MonkeyPatch,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    import kombu_ladder.index.writer as writer
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise green.channel_errors[0](reply_text="ACCESS_REFUSED - write access to ladder.index refused")
+
+    with temporary_vhost(f"{rabbit_vhost}-blue-{os.getpid()}") as blue_vhost, \
+            Connection(vhost_url(blue_vhost)) as blue, Connection(vhost_url(fresh_vhost)) as green:
+        declare(blue)
+        Queue("index.target", durable=True)(blue.default_channel).declare()
+        _schedule_tasks(blue, *(f"t-{i}" for i in range(5)))
+        wait_for(lambda: depth(blue, "acemq.schedule.1h") == 5, 10, message="the publishes to arrive")
+        monkeypatch.setattr(writer, "encode_batch", refuse)
+        with caplog.at_level(logging.WARNING, logger="kombu_ladder.index"):
+            result = move(blue, green)
+        assert (result.total, result.indexed, depth(blue, "acemq.schedule.1h")) == (5, 0, 0)
+        assert [m.properties["correlation_id"] for m in drain(green, CONTROL)] == [f"t-{i}" for i in range(5)]
+        warnings = [r.getMessage() for r in caplog.records if r.name == "kombu_ladder.index"]
+        assert any("could not append 5 index entr(y/ies)" in w and "ACCESS_REFUSED" in w for w in warnings), warnings

@@ -260,3 +260,24 @@ def test_a_first_sync_reads_the_cancellations_as_old_as_the_entries(backend: Sim
         now = int(backend.clock() * 1000)
         assert [store.find(i, now)[0].state for i in ids] == ["cancelled", "waiting"]
         store.close()
+
+
+def test_a_reschedule_and_a_run_now_reach_the_index_at_the_next_sync(backend: SimulatorBackend,
+                                                                     tmp_path: Path) -> None:
+    with backend.connection() as conn:
+        declare_target(conn, "t.index")
+        later, now, kept = _schedule(conn, backend, 3)
+        store = IndexStore(str(tmp_path / "index.sqlite"))
+        sync(conn, store, clock=backend.clock)
+        old = store.find(later, int(backend.clock() * 1000))[0].entry.due
+        with Scheduler.on(conn, relay=False, clock=backend.clock) as scheduler:
+            moved = scheduler.reschedule(later, 2 * HOUR)
+            ran = scheduler.run_now(now)
+        assert moved.indexed and ran.indexed
+        assert store.find(later, int(backend.clock() * 1000))[0].entry.due == old  # until the next sync
+        assert sync(conn, store, clock=backend.clock).entries == 2
+        at = int(backend.clock() * 1000)
+        assert [(r.entry.due, r.state) for r in store.find(later, at)] == [(moved.due_at, "waiting")]
+        assert [(r.entry.due, r.state) for r in store.find(now, at)] == [(ran.due_at, "due")]
+        assert [r.entry.task_id for r in store.listing(Filter(), at)] == [kept, later]
+        store.close()
