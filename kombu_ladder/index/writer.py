@@ -22,8 +22,6 @@ W_REFUSED = ("unindexed: %s. The messages this producer schedules are delivered 
              "until it is restarted with the rights of kombu_ladder.permissions.indexer()")
 I_FOUND = "may not declare the stream %s (%s), which exists: index entries are sent to it"
 
-#: AMQP reply codes that tell a user cannot write the index: refused (403) or no stream to write to (404).
-_REFUSED = {403, 404}
 
 #: Entries a writer sends in one record, at most.
 BATCH = 200
@@ -69,30 +67,40 @@ def open_index(connection: Any, *, at: int = 0) -> None:
         try:
             declare_index(channel)
         except errors as exc:
-            if getattr(exc, "reply_code", None) not in _REFUSED:
+            code = getattr(exc, "reply_code", None)
+            if code not in (403, 404):  # 404: the stream exists, its node not serving it yet (after a restart)
                 raise
             _close_quietly(channel)
             channel = connection.channel()
-            try:
-                channel.queue_declare(queue=STREAM, passive=True)
-            except errors as missing:
-                if getattr(missing, "reply_code", None) not in _REFUSED:
-                    raise
-                raise IndexRefused(f"the stream {STREAM} does not exist and this user may not declare it "
-                                   f"({getattr(exc, 'reply_text', None) or exc})") from None
-            logger.info(I_FOUND, STREAM, getattr(exc, "reply_text", None) or exc)
+            if code == 403:
+                try:
+                    channel.queue_declare(queue=STREAM, passive=True)
+                except errors as missing:
+                    if getattr(missing, "reply_code", None) != 404:
+                        raise
+                    if not _starting(missing):
+                        raise IndexRefused(f"the stream {STREAM} does not exist and this user may not declare it "
+                                           f"({getattr(exc, 'reply_text', None) or exc})") from None
+                    _close_quietly(channel)
+                    channel = connection.channel()
+                logger.info(I_FOUND, STREAM, getattr(exc, "reply_text", None) or exc)
         try:
             Producer(channel, auto_declare=False).publish(
                 encode_marker(uuid.uuid4().hex, at=at), exchange="", routing_key=STREAM,
                 content_type="application/json", content_encoding="utf-8", delivery_mode=2, retry=False)
-            channel.queue_declare(queue=STREAM, passive=True)  # a round trip: a refused publish is answered by now
+            channel.basic_qos(0, 0, False)  # a round trip: a refused publish is answered before it
         except errors as exc:
-            if getattr(exc, "reply_code", None) not in _REFUSED:
+            if getattr(exc, "reply_code", None) != 403:
                 raise
             raise IndexRefused(f"this user may not append to the stream {STREAM} through the default exchange "
                                f"({getattr(exc, 'reply_text', None) or exc})") from None
     finally:
         _close_quietly(channel)
+
+
+def _starting(exc: Exception) -> bool:
+    """Whether a 404 says the stream exists but its node is not serving it yet (just after a broker restart)."""
+    return "home node" in str(getattr(exc, "reply_text", None) or exc)
 
 
 def _close_quietly(channel: Any) -> None:
