@@ -9,6 +9,7 @@ from .store import IndexStore, Row, ids_of
 from .writer import IndexRefused, IndexWriter, declare_index, open_index
 
 __all__ = [
-    "STREAM", "Entry", "IndexRecordError", "IndexWriter", "IndexRefused", "declare_index", "open_index", "IndexStore", "Row", "Filter", "BY",
+    "STREAM", "Entry", "IndexRecordError", "IndexWriter", "IndexRefused", "declare_index", "open_index",
+    "IndexStore", "Row", "Filter", "BY",
     "ids_of", "parse_when", "sync", "SyncResult", "IndexUnavailable", "default_path", "INDEX_ENV",
 ]

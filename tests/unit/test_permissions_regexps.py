@@ -10,8 +10,17 @@ import pytest
 from kombu_ladder.cancellation.records import STREAM
 from kombu_ladder.contract import CONTROL, EXCHANGE, PARKING, rung_names
 from kombu_ladder.index.records import STREAM as INDEX
-from kombu_ladder.permissions import (Permissions, adopter, canceller, index_reader, indexer, operator, producer, relay,
-                                     union)
+from kombu_ladder.permissions import (
+    Permissions,
+    adopter,
+    canceller,
+    index_reader,
+    indexer,
+    operator,
+    producer,
+    relay,
+    union,
+)
 
 LADDER = [EXCHANGE, *rung_names(), CONTROL, PARKING]
 
