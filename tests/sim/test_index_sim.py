@@ -261,3 +261,31 @@ def test_a_first_sync_reads_the_cancellations_as_old_as_the_entries(backend: Sim
         now = int(backend.clock() * 1000)
         assert [store.find(i, now)[0].state for i in ids] == ["cancelled", "waiting"]
         store.close()
+
+
+@pytest.mark.parametrize("stream", ["missing", "declared by the operator"])
+def test_a_producer_without_the_indexer_rights_schedules_unindexed_and_says_so_once(
+        backend: SimulatorBackend, stream: str, caplog: pytest.LogCaptureFixture) -> None:
+    """The simulator's side of tests/broker/test_index_permissions.py: the producer row alone, index=True."""
+    from kombu_ladder import declare
+    from kombu_ladder.index.writer import declare_index
+    from kombu_ladder.permissions import producer
+
+    with backend.connection() as conn:
+        declare(conn)
+        declare_target(conn, "t.index", exchange="billing")
+        if stream != "missing":
+            declare_index(conn.default_channel)
+    rights = producer(["billing"])
+    backend.broker.set_permissions(configure=rights.configure, write=rights.write, read=rights.read)
+    with backend.connection() as conn, caplog.at_level(logging.WARNING, logger="kombu_ladder.index"):
+        sender = LadderProducer(conn.channel(), index=True, clock=backend.clock)
+        for i in range(5):
+            sender.publish(b"x", exchange="billing", routing_key="t.index", countdown=HOUR + i, message_id=f"m{i}")
+        sender.flush_index()
+    assert sender.index is not None and (sender.index.sent, sender.index.lost) == (0, 5)
+    warned = [r.getMessage() for r in caplog.records if r.name == "kombu_ladder.index"]
+    assert len(warned) == 1 and warned[0].startswith("unindexed: "), warned
+    backend.broker.set_permissions()
+    with backend.connection() as conn:
+        assert depth(conn, "acemq.schedule.1h") == 5
