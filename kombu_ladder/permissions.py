@@ -6,8 +6,8 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
-__all__ = ["LADDER_NAMES", "LADDER_EXCHANGE", "CANCELLATIONS", "ADOPTIONS", "Permissions", "producer", "relay",
-           "operator", "canceller", "adopter", "union"]
+__all__ = ["LADDER_NAMES", "LADDER_EXCHANGE", "CANCELLATIONS", "ADOPTIONS", "INDEX", "Permissions", "producer",
+           "relay", "operator", "canceller", "adopter", "indexer", "index_reader", "union"]
 
 #: Every name the ladder declares: the exchange, the five rungs, the control and parking queues.
 LADDER_NAMES = r"acemq\.schedule(\..+)?"
@@ -20,6 +20,9 @@ CANCELLATIONS = r"ladder\.cancellations"
 
 #: The stream of adoption records a Celery worker writes and reads (see celery_ladder.adoption.records).
 ADOPTIONS = r"ladder\.adoptions"
+
+#: The stream of the index of waiting work, which indexing producers append to (see kombu_ladder.index.records).
+INDEX = r"ladder\.index"
 
 #: RabbitMQ's name for the default exchange ("" in AMQP), as permissions see it.
 _DEFAULT_EXCHANGE = r"amq\.default"
@@ -111,6 +114,30 @@ def adopter() -> Permissions:
     Join it to the worker's own permissions and the relay's with :func:`union`.
     """
     return Permissions(_anchor(ADOPTIONS), _anchor(LADDER_EXCHANGE, _DEFAULT_EXCHANGE), _anchor(ADOPTIONS))
+
+
+def indexer() -> Permissions:
+    """A producer that indexes what it schedules (``index=True``, Celery's ``ladder_index``), beyond its producer row.
+
+    Before its first entry it declares the stream ``ladder.index`` (configure on it) and
+    appends its entries through the default exchange (write on ``amq.default``, which
+    cannot be narrowed: it reaches every queue of the vhost by name). It reads nothing.
+    Join it to the producer's row with :func:`union`. Without it the producer schedules
+    as always, unindexed, and says so once on the ``kombu_ladder.index`` logger.
+    """
+    return Permissions(_anchor(INDEX), _anchor(_DEFAULT_EXCHANGE), "^$")
+
+
+def index_reader() -> Permissions:
+    """Whoever reads the index: ``kombu-ladder waiting``, ``celery ladder waiting``, bulk ``cancel``, the console.
+
+    Each sync declares ``ladder.index`` and ``ladder.cancellations`` (configure), reads
+    both from an offset (read), and appends a marker to each through the default
+    exchange (write on ``amq.default``) to know when it has read everything before it.
+    A bulk cancel records its cancellations as a canceller does: join
+    :func:`canceller` (or the operator's row) with :func:`union`.
+    """
+    return Permissions(_anchor(INDEX, CANCELLATIONS), _anchor(_DEFAULT_EXCHANGE), _anchor(INDEX, CANCELLATIONS))
 
 
 def union(*permissions: Permissions) -> Permissions:

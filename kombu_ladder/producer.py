@@ -18,7 +18,7 @@ from .contract import EXCHANGE, MESSAGE_TYPE, RUNGS, rung_name
 from .envelope import scheduled_content_header, scheduled_headers
 from .index.records import STREAM as INDEX_STREAM
 from .index.records import entry as index_entry
-from .index.writer import IndexWriter, declare_index
+from .index.writer import IndexWriter, open_index
 from .link import RawMessage, clock_of, sends_encoded
 from .plan import MAX_DELAY, Delay, check_max_delay, due_at_ms, place
 from .targets import is_internal, name_problem, own_name_problem
@@ -160,15 +160,13 @@ class LadderProducerMixin:
                                 delivery_mode=2, retry=False)
 
     def _declare_index(self) -> None:
-        """Declare ``ladder.index`` on a channel of its own, when the :class:`kombu.Connection` is at hand."""
+        """Declare ``ladder.index`` and check this user may write it, on a channel of its own, when the
+        :class:`kombu.Connection` is at hand (:func:`~kombu_ladder.index.writer.open_index`: raises
+        :class:`~kombu_ladder.index.writer.IndexRefused`, and the writer then sends nothing)."""
         client = getattr(getattr(self.channel, "connection", None), "client", None)  # type: ignore[attr-defined]
         if not hasattr(client, "default_channel"):
             return
-        channel = client.channel()  # type: ignore[union-attr]
-        try:
-            declare_index(channel)
-        finally:
-            channel.close()
+        open_index(client, at=int(self.clock() * 1000))
 
     def publish(  # type: ignore[override]
         self,

@@ -6,9 +6,10 @@ from .query import BY, Filter, parse_when
 from .reader import INDEX_ENV, IndexUnavailable, SyncResult, default_path, sync
 from .records import STREAM, Entry, IndexRecordError
 from .store import IndexStore, Row, ids_of
-from .writer import IndexWriter, declare_index
+from .writer import IndexRefused, IndexWriter, declare_index, open_index
 
 __all__ = [
-    "STREAM", "Entry", "IndexRecordError", "IndexWriter", "declare_index", "IndexStore", "Row", "Filter", "BY",
+    "STREAM", "Entry", "IndexRecordError", "IndexWriter", "IndexRefused", "declare_index", "open_index",
+    "IndexStore", "Row", "Filter", "BY",
     "ids_of", "parse_when", "sync", "SyncResult", "IndexUnavailable", "default_path", "INDEX_ENV",
 ]

@@ -44,6 +44,8 @@ PREFETCH = 2000
 ACK_EVERY = PREFETCH // 4
 #: Records read per SQLite transaction (and per remembered offset).
 COMMIT_EVERY = 2000
+#: Seconds between declares of a stream the broker does not serve yet (its node just restarted).
+RETRY_EVERY = 0.5
 
 
 class IndexUnavailable(Exception):
@@ -164,10 +166,9 @@ def _handle_cancellations(store: IndexStore, result: SyncResult) -> Callable[[by
 
 def _read(connection: Any, store: IndexStore, stream: str, first: Union[str, datetime], reading: _StreamRead,
           *, marker: bytes, declare: Callable[[Any], None], timeout: float) -> None:
-    channel = connection.channel()
+    channel = _declared(connection, stream, declare, time.monotonic() + timeout)
     reading.channel = channel
     try:
-        declare(channel)
         known, _ = store.position(stream)
         start: Union[int, str, datetime] = first if known is None else known
         reading.position = known if known is not None else (0 if first == "first" else None)
@@ -196,10 +197,32 @@ def _read(connection: Any, store: IndexStore, stream: str, first: Union[str, dat
         finally:
             store.commit()
     finally:
+        _close_quietly(channel)
+
+
+def _declared(connection: Any, stream: str, declare: Callable[[Any], None], deadline: float) -> Any:
+    """A channel on which ``stream`` was declared. Just after a broker restart a stream's node may not serve it
+    yet (404, "home node ... is down"): it is tried again every :data:`RETRY_EVERY` s until ``deadline``."""
+    while True:
+        channel = connection.channel()
         try:
-            channel.close()
-        except Exception:  # noqa: BLE001 - a dead connection has nothing to close
-            logger.debug("closing the index channel failed", exc_info=True)
+            declare(channel)
+            return channel
+        except connection.channel_errors as exc:
+            _close_quietly(channel)
+            if getattr(exc, "reply_code", None) != 404:
+                raise
+            if time.monotonic() >= deadline:
+                raise IndexUnavailable(f"{stream} is not served by the broker yet "
+                                       f"({getattr(exc, 'reply_text', None) or exc})") from None
+        time.sleep(RETRY_EVERY)
+
+
+def _close_quietly(channel: Any) -> None:
+    try:
+        channel.close()
+    except Exception:  # noqa: BLE001 - a dead connection has nothing to close
+        logger.debug("closing the index channel failed", exc_info=True)
 
 
 def cancellations_from(store: IndexStore, now: float) -> datetime:

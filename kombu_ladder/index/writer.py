@@ -5,14 +5,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from typing import Any, Callable, Optional, Sequence
 
 from kombu import Producer
 
 from ..carry import waiting_for_confirms
-from .records import MAX_ENTRIES, STREAM, STREAM_ARGUMENTS, Entry, encode_batch
+from .records import MAX_ENTRIES, STREAM, STREAM_ARGUMENTS, Entry, encode_batch, encode_marker
 
-__all__ = ["IndexWriter", "Send", "BATCH", "LINGER", "declare_index", "append"]
+__all__ = ["IndexWriter", "IndexRefused", "Send", "BATCH", "LINGER", "declare_index", "open_index", "append"]
 
 logger = logging.getLogger("kombu_ladder.index")
 
@@ -20,12 +21,19 @@ W_LOST = "could not append %d index entr(y/ies) to %s (%s); those messages are w
 W_UNDECLARED = "could not declare the stream %s (%s); index entries are sent to it anyway"
 W_NOT_APPENDED = "could not append %d index entr(y/ies) to %s (%s); %s"
 I_NO_STREAM = "%s does not exist (the index is not in use here): %d entr(y/ies) not written"
+W_REFUSED = ("unindexed: %s. The messages this producer schedules are delivered as always, but none is indexed "
+             "until it is restarted with the rights of kombu_ladder.permissions.indexer()")
+I_FOUND = "may not declare the stream %s (%s), which exists: index entries are sent to it"
+
 
 #: Entries a writer sends in one record, at most.
 BATCH = 200
 #: Seconds after the last record was sent within which a new entry waits for others (at most this long, and
 #: only while more publishes come): a producer publishing less often than this sends each entry at once.
 LINGER = 0.25
+
+#: Seconds a record waits, at most, for the first record's check (on another thread) before it is counted lost.
+OPEN_WAIT = 10.0
 
 #: Publishes one record's bytes to ``ladder.index`` (on the calling producer's channel).
 Send = Callable[[bytes], Any]
@@ -34,6 +42,75 @@ Send = Callable[[bytes], Any]
 def declare_index(channel: Any) -> None:
     """Declare the ``ladder.index`` stream on ``channel``."""
     channel.queue_declare(queue=STREAM, durable=True, auto_delete=False, arguments=dict(STREAM_ARGUMENTS))
+
+
+class IndexRefused(Exception):
+    """This user cannot append to ``ladder.index`` (the message says why); its producer schedules unindexed."""
+
+
+def open_index(connection: Any, *, at: int = 0) -> None:
+    """Check, on a channel of its own, that this user can append to ``ladder.index``, declaring it first.
+
+    A publish the broker refuses closes the channel it was sent on, later and without an
+    answer: sent on a producer's own channel, it would fail that producer's next publish.
+    So the declare and one write (a reader's marker, which readers skip) are tried on a
+    channel of their own, the write followed by a round trip that receives the refusal.
+    A refused declare is no refusal when the stream exists (an operator declared it).
+
+    Arguments:
+        connection: a :class:`kombu.Connection`.
+        at: the marker's time (epoch ms).
+
+    Raises:
+        IndexRefused: the user may not write the stream, or it does not exist and the user may not declare it.
+    """
+    errors = connection.channel_errors
+    channel = connection.channel()
+    try:
+        try:
+            declare_index(channel)
+        except errors as exc:
+            code = getattr(exc, "reply_code", None)
+            if code not in (403, 404):  # 404: the stream exists, its node not serving it yet (after a restart)
+                raise
+            _close_quietly(channel)
+            channel = connection.channel()
+            if code == 403:
+                try:
+                    channel.queue_declare(queue=STREAM, passive=True)
+                except errors as missing:
+                    if getattr(missing, "reply_code", None) != 404:
+                        raise
+                    if not _starting(missing):
+                        raise IndexRefused(f"the stream {STREAM} does not exist and this user may not declare it "
+                                           f"({getattr(exc, 'reply_text', None) or exc})") from None
+                    _close_quietly(channel)
+                    channel = connection.channel()
+                logger.info(I_FOUND, STREAM, getattr(exc, "reply_text", None) or exc)
+        try:
+            Producer(channel, auto_declare=False).publish(
+                encode_marker(uuid.uuid4().hex, at=at), exchange="", routing_key=STREAM,
+                content_type="application/json", content_encoding="utf-8", delivery_mode=2, retry=False)
+            channel.basic_qos(0, 0, False)  # a round trip: a refused publish is answered before it
+        except errors as exc:
+            if getattr(exc, "reply_code", None) != 403:
+                raise
+            raise IndexRefused(f"this user may not append to the stream {STREAM} through the default exchange "
+                               f"({getattr(exc, 'reply_text', None) or exc})") from None
+    finally:
+        _close_quietly(channel)
+
+
+def _starting(exc: Exception) -> bool:
+    """Whether a 404 says the stream exists but its node is not serving it yet (just after a broker restart)."""
+    return "home node" in str(getattr(exc, "reply_text", None) or exc)
+
+
+def _close_quietly(channel: Any) -> None:
+    try:
+        channel.close()
+    except Exception:  # noqa: BLE001 - a channel the broker closed has nothing more to close
+        logger.debug("closing the index channel failed", exc_info=True)
 
 
 class IndexWriter:
@@ -50,8 +127,12 @@ class IndexWriter:
     logged and counted in :attr:`lost`, never raised: the message itself is
     waiting, only unindexed.
 
-    Arguments:
-        declare: declares the stream, called once (with the first record's sender's ``declare``).
+    ``declare`` (given to :meth:`add`, :meth:`tick` and :meth:`flush`) is called once,
+    before the first record: a producer's declares the stream and checks that it may
+    write it (:func:`open_index`). Where it raises :class:`IndexRefused` the writer logs
+    that once and sends nothing more: every later entry is counted in :attr:`lost`,
+    silently, and no record is ever sent on a producer's channel, which a refused
+    publish would close.
     """
 
     def __init__(self, *, batch: int = BATCH, linger: float = LINGER,
@@ -69,10 +150,17 @@ class IndexWriter:
         #: Entries sent, and entries lost (a record that could not be sent).
         self.sent = 0
         self.lost = 0
+        #: Set once the first record's ``declare`` has answered: no other record is sent before.
+        self._opened = threading.Event()
+        #: Why this writer sends nothing (the user may not write the stream); None: it sends.
+        self.refused: Optional[str] = None
 
     def add(self, entry: Entry, send: Send, declare: Optional[Callable[[], Any]] = None) -> None:
         """Keep ``entry``; send the batch (with ``send``) if it is full or the last was sent over ``linger`` ago."""
         with self._lock:
+            if self.refused is not None:
+                self.lost += 1
+                return
             self._pending.append(entry)
             due = len(self._pending) >= self.batch or self._clock() - self._sent_at >= self.linger
         if due:
@@ -89,14 +177,27 @@ class IndexWriter:
             pending, self._pending = self._pending, []
             if not pending:
                 return
+            if self.refused is not None:
+                self.lost += len(pending)
+                return
             self._sent_at = self._clock()
             first, self.declared = not self.declared, True
-        try:
-            if first and declare is not None:
-                try:
+        if first:
+            try:
+                if declare is not None:
                     declare()
-                except Exception as exc:  # noqa: BLE001 - declared by the operator, perhaps
-                    logger.warning(W_UNDECLARED, STREAM, exc)
+            except IndexRefused as exc:
+                self._refuse(str(exc), len(pending))
+                return
+            except Exception as exc:  # noqa: BLE001 - declared by the operator, perhaps
+                logger.warning(W_UNDECLARED, STREAM, exc)
+            finally:
+                self._opened.set()
+        elif not self._opened.wait(OPEN_WAIT) or self.refused is not None:  # another thread is checking
+            with self._lock:
+                self.lost += len(pending)
+            return
+        try:
             send(encode_batch(pending))
         except Exception as exc:  # noqa: BLE001 - the index never fails a publish
             self.lost += len(pending)
@@ -104,17 +205,17 @@ class IndexWriter:
             return
         self.sent += len(pending)
 
+    def _refuse(self, reason: str, pending: int) -> None:
+        with self._lock:
+            self.refused = reason
+            self.lost += pending + len(self._pending)
+            self._pending = []
+        logger.warning(W_REFUSED, reason)
+
     @property
     def pending(self) -> int:
         """Entries kept, not sent yet."""
         return len(self._pending)
-
-
-def _close_quietly(channel: Any) -> None:
-    try:
-        channel.close()
-    except Exception:  # noqa: BLE001 - a dead connection (or a closed channel) has nothing to close
-        logger.debug("closing the index channel failed", exc_info=True)
 
 
 def append(connection: Any, entries: Sequence[Entry], *, declare: bool = False, what: str = "") -> bool:

@@ -181,7 +181,8 @@ def test_a_busy_producer_sends_one_record_per_batch(backend: SimulatorBackend) -
         assert (producer.index.sent, producer.index.pending) == (1 + 4 * 200, 199)
         producer.flush_index()
         result = sync(conn, IndexStore(":memory:"))
-        assert (result.entries, result.records) == (1000, 6 + 2)  # six batches, and the sync's two markers
+        # six batches, the producer's check that it may write the stream (a marker), and the sync's two markers
+        assert (result.entries, result.records) == (1000, 6 + 1 + 2)
 
 
 def test_celery_eta_tasks_are_indexed_with_ladder_index(ladder_celery: Any, tmp_path: Path) -> None:
@@ -281,3 +282,31 @@ def test_a_reschedule_and_a_run_now_reach_the_index_at_the_next_sync(backend: Si
         assert [(r.entry.due, r.state) for r in store.find(now, at)] == [(ran.due_at, "due")]
         assert [r.entry.task_id for r in store.listing(Filter(), at)] == [kept, later]
         store.close()
+
+
+@pytest.mark.parametrize("stream", ["missing", "declared by the operator"])
+def test_a_producer_without_the_indexer_rights_schedules_unindexed_and_says_so_once(
+        backend: SimulatorBackend, stream: str, caplog: pytest.LogCaptureFixture) -> None:
+    """The simulator's side of tests/broker/test_index_permissions.py: the producer row alone, index=True."""
+    from kombu_ladder import declare
+    from kombu_ladder.index.writer import declare_index
+    from kombu_ladder.permissions import producer
+
+    with backend.connection() as conn:
+        declare(conn)
+        declare_target(conn, "t.index", exchange="billing")
+        if stream != "missing":
+            declare_index(conn.default_channel)
+    rights = producer(["billing"])
+    backend.broker.set_permissions(configure=rights.configure, write=rights.write, read=rights.read)
+    with backend.connection() as conn, caplog.at_level(logging.WARNING, logger="kombu_ladder.index"):
+        sender = LadderProducer(conn.channel(), index=True, clock=backend.clock)
+        for i in range(5):
+            sender.publish(b"x", exchange="billing", routing_key="t.index", countdown=HOUR + i, message_id=f"m{i}")
+        sender.flush_index()
+    assert sender.index is not None and (sender.index.sent, sender.index.lost) == (0, 5)
+    warned = [r.getMessage() for r in caplog.records if r.name == "kombu_ladder.index"]
+    assert len(warned) == 1 and warned[0].startswith("unindexed: "), warned
+    backend.broker.set_permissions()
+    with backend.connection() as conn:
+        assert depth(conn, "acemq.schedule.1h") == 5

@@ -186,6 +186,28 @@ def test_a_writer_that_cannot_send_counts_the_lost_entries_and_raises_nothing() 
     assert (writer.sent, writer.lost, writer.pending) == (0, 3, 0)
 
 
+def test_a_writer_refused_the_stream_logs_once_sends_nothing_more_and_raises_nothing(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from kombu_ladder.index.writer import IndexRefused
+
+    sent: list[bytes] = []
+    checks: list[bool] = []
+
+    def refused() -> None:
+        checks.append(True)
+        raise IndexRefused("this user may not append to the stream ladder.index")
+
+    writer = IndexWriter(batch=2, linger=0.0, clock=lambda: 0.0)
+    with caplog.at_level("WARNING", logger="kombu_ladder.index"):
+        for i in range(5):
+            writer.add(_entry(i), sent.append, refused)
+            writer.tick(sent.append, refused)
+        writer.flush(sent.append, refused)
+    assert sent == [] and checks == [True] and (writer.sent, writer.lost, writer.pending) == (0, 5, 0)
+    assert writer.refused is not None and "may not append" in writer.refused
+    assert [r.getMessage()[:10] for r in caplog.records if r.name == "kombu_ladder.index"] == ["unindexed:"]
+
+
 def test_a_cancellation_read_before_its_entry_still_applies_to_it() -> None:
     """A producer's last entries may reach the stream after a cancellation of them (sent with its next publish)."""
     store = IndexStore(":memory:")

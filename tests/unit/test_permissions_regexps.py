@@ -9,7 +9,18 @@ import pytest
 
 from kombu_ladder.cancellation.records import STREAM
 from kombu_ladder.contract import CONTROL, EXCHANGE, PARKING, rung_names
-from kombu_ladder.permissions import Permissions, adopter, canceller, operator, producer, relay, union
+from kombu_ladder.index.records import STREAM as INDEX
+from kombu_ladder.permissions import (
+    Permissions,
+    adopter,
+    canceller,
+    index_reader,
+    indexer,
+    operator,
+    producer,
+    relay,
+    union,
+)
 
 LADDER = [EXCHANGE, *rung_names(), CONTROL, PARKING]
 
@@ -96,7 +107,8 @@ def _documented_rows() -> dict[str, tuple[str, str, str]]:
 
 def test_the_guarantees_page_shows_the_rows_the_module_builds() -> None:
     built = {"producer": producer(["billing"]), "canceller": canceller(), "relay": relay(["billing"]),
-             "operator": operator(["billing"]), "adopter": adopter()}
+             "operator": operator(["billing"]), "adopter": adopter(), "indexer": indexer(),
+             "index-reader": index_reader()}
     assert _documented_rows() == {role: perms.as_args() for role, perms in built.items()}
 
 
@@ -107,5 +119,28 @@ def test_an_adopter_declares_reads_and_writes_its_stream_and_writes_the_ladders_
     assert matches(perms.configure, ADOPTIONS) and matches(perms.read, ADOPTIONS)
     assert matches(perms.write, EXCHANGE) and matches(perms.write, "amq.default")
     for name in [*rung_names(), CONTROL, PARKING, STREAM, "celery", "ladder.adoptionsx"]:
+        assert not matches(perms.configure, name) and not matches(perms.read, name), name
+        assert not matches(perms.write, name), name
+
+
+def test_an_indexer_declares_the_index_and_writes_through_the_default_exchange_only() -> None:
+    perms = indexer()
+    assert matches(perms.configure, INDEX) and matches(perms.write, "amq.default")
+    for name in [*LADDER, STREAM, "billing", "amq.default", "ladder.indexx", "ladder.adoptions"]:
+        assert not matches(perms.configure, name) and not matches(perms.read, name), name
+    for name in [*LADDER, STREAM, INDEX, "billing"]:  # write on the stream itself would let it bind it
+        assert not matches(perms.write, name), name
+    both = union(producer(["billing"]), indexer())
+    assert matches(both.write, EXCHANGE) and matches(both.write, "billing") and matches(both.configure, INDEX)
+    assert not matches(both.configure, CONTROL) and not matches(both.read, INDEX)
+
+
+def test_an_index_reader_declares_and_reads_both_streams_and_writes_its_markers_through_the_default_exchange() -> None:
+    perms = index_reader()
+    for name in (INDEX, STREAM):
+        assert matches(perms.configure, name) and matches(perms.read, name), name
+        assert not matches(perms.write, name), name
+    assert matches(perms.write, "amq.default")
+    for name in [*LADDER, "billing", "ladder.adoptions", "ladder.indexx"]:
         assert not matches(perms.configure, name) and not matches(perms.read, name), name
         assert not matches(perms.write, name), name
