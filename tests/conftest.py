@@ -6,14 +6,26 @@ import os
 import shutil
 import uuid
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
+from urllib.parse import quote
 
 import celery_rpc_polling
 import pytest
-from helpers import IN_CI, purge_ladder, rabbitmqctl, require_broker, temporary_vhost, vhost_url
+from helpers import (
+    BROKER_HOST,
+    BROKER_PORT,
+    IN_CI,
+    purge_ladder,
+    rabbitmqctl,
+    require_broker,
+    temporary_vhost,
+    vhost_url,
+)
 from hostile_corpus import WRITE_PERMISSION
 from hypothesis import settings
 from kombu import Connection
+
+from kombu_ladder.permissions import Permissions
 
 # Property tests assert what happens, not how fast: on a shared two-core machine (CI runs its lanes
 # at once) one example of a year's delay, 8,800 hops, can take longer than Hypothesis's 200 ms default.
@@ -81,6 +93,25 @@ def fresh_vhost(rabbit_vhost: str) -> Iterator[str]:
     """A brand-new, empty vhost for one test (deleted afterwards)."""
     with temporary_vhost(f"{rabbit_vhost}-fresh-{uuid.uuid4().hex[:6]}") as vhost:
         yield vhost
+
+
+@pytest.fixture
+def make_user(fresh_vhost: str) -> Iterator[Callable[[str, Permissions], str]]:
+    """Create users with exactly the given permissions on the test's vhost; return each one's AMQP URL."""
+    made: list[str] = []
+
+    def make(role: str, permissions: Permissions) -> str:
+        user = f"ladder-{role}-{uuid.uuid4().hex[:6]}"
+        rabbitmqctl("add_user", user, "secret")
+        made.append(user)
+        rabbitmqctl("set_permissions", "-p", fresh_vhost, user, *permissions.as_args())
+        return f"amqp://{user}:secret@{BROKER_HOST}:{BROKER_PORT}/{quote(fresh_vhost, safe='')}"
+
+    try:
+        yield make
+    finally:
+        for user in made:
+            rabbitmqctl("delete_user", user, check=False)
 
 
 @pytest.fixture

@@ -11,12 +11,10 @@ deleted afterwards.
 from __future__ import annotations
 
 import logging
-import uuid
-from typing import Callable, Iterator
-from urllib.parse import quote
+from typing import Callable
 
 import pytest
-from helpers import BROKER_HOST, BROKER_PORT, queue_depth, rabbitmqctl, vhost_url, wait_for
+from helpers import queue_depth, vhost_url, wait_for
 from kombu import Connection, Exchange, Queue
 
 from kombu_ladder import LadderProducer, Scheduler, declare
@@ -30,25 +28,6 @@ pytestmark = pytest.mark.broker
 BILLING = "billing"
 TARGET = f"{BILLING}.q"
 N = 5
-
-
-@pytest.fixture
-def make_user(fresh_vhost: str) -> Iterator[Callable[[str, Permissions], str]]:
-    """Create users with exactly the given permissions on the test's vhost; return each one's AMQP URL."""
-    made: list[str] = []
-
-    def make(role: str, permissions: Permissions) -> str:
-        user = f"ladder-{role}-{uuid.uuid4().hex[:6]}"
-        rabbitmqctl("add_user", user, "secret")
-        made.append(user)
-        rabbitmqctl("set_permissions", "-p", fresh_vhost, user, *permissions.as_args())
-        return f"amqp://{user}:secret@{BROKER_HOST}:{BROKER_PORT}/{quote(fresh_vhost, safe='')}"
-
-    try:
-        yield make
-    finally:
-        for user in made:
-            rabbitmqctl("delete_user", user, check=False)
 
 
 @pytest.fixture
