@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
-from typing import Any, Mapping, Optional, Sequence
+from dataclasses import dataclass
+from typing import Any, Mapping, NamedTuple, Optional, Sequence
 
 from ..cancellation.records import MAX_ID_BYTES
 from ..contract import DUE_AT, TARGET_EXCHANGE, TARGET_ROUTING_KEY
@@ -32,15 +32,20 @@ MAX_RECORD_BYTES = 1 << 20
 MAX_NAME_BYTES = 255
 #: The most entries one batch record holds (a writer flushes before).
 MAX_ENTRIES = 1000
+#: An id of at most this many characters is within ``MAX_ID_BYTES`` however it encodes (4 bytes a character).
+_SHORT_ID = MAX_ID_BYTES // 4
 
 
 class IndexRecordError(ValueError):
     """A record on ``ladder.index`` that is not a valid one (the reason is the message)."""
 
 
-@dataclass(frozen=True)
-class Entry:
-    """One scheduled message, as its producer saw it when it published it into a rung."""
+class Entry(NamedTuple):
+    """One scheduled message, as its producer saw it when it published it into a rung.
+
+    A named tuple rather than a frozen dataclass: a producer with the index on makes one per publish,
+    and a tuple is made in a third of the time (the index's cost is measured in :doc:`/benchmarks`).
+    """
 
     #: The AMQP ``message_id`` (None when it had none).
     message_id: Optional[str]
@@ -82,14 +87,18 @@ def _text(value: Any, field: str, *, limit: int, optional: bool = True) -> Optio
 def entry(*, message_id: Any, task_id: Any, task: Any, exchange: str, routing_key: str, due: int, at: int,
           size: int) -> Entry:
     """An :class:`Entry` from a publish's values: an id or name that is not a str (or too long) is left out."""
-    def name(value: Any) -> Optional[str]:
-        if isinstance(value, bytes):
-            value = value.decode("utf-8", "replace")
-        if not isinstance(value, str) or not value or len(value.encode("utf-8", "surrogatepass")) > MAX_ID_BYTES:
-            return None
-        return value
+    return Entry(_id(message_id), _id(task_id), _id(task), exchange, routing_key, due, at, max(0, size))
 
-    return Entry(name(message_id), name(task_id), name(task), exchange, routing_key, due, at, max(0, size))
+
+def _id(value: Any) -> Optional[str]:
+    """An id or task name as a str (bytes decoded as UTF-8), or None when it is none (not text, empty, too long)."""
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    if not isinstance(value, str) or not value:
+        return None
+    if len(value) <= _SHORT_ID or len(value.encode("utf-8", "surrogatepass")) <= MAX_ID_BYTES:
+        return value  # a character is at most 4 bytes: a short one needs no encoding to be measured
+    return None
 
 
 def _name(value: Any) -> Optional[str]:
@@ -118,14 +127,20 @@ def entry_of(properties: Mapping[str, Any], headers: Mapping[str, Any], size: in
     found = entry(message_id=properties.get("message_id"), task=task,
                   task_id=(properties.get("correlation_id") or headers.get("id")) if task is not None else None,
                   exchange=exchange, routing_key=routing_key, due=due, at=at, size=size)
-    return replace(found, was=was) if was is not None else found
+    return found._replace(was=was) if was is not None else found
 
 
 def _entry_object(item: Entry) -> dict[str, Any]:
-    found: dict[str, Any] = {"e": item.exchange, "r": item.routing_key, "d": item.due, "a": item.at, "s": item.size}
-    for key, value in (("m", item.message_id), ("c", item.task_id), ("t", item.task), ("w", item.was)):
-        if value is not None:
-            found[key] = value
+    message_id, task_id, task, exchange, routing_key, due, at, size, was = item
+    found: dict[str, Any] = {"e": exchange, "r": routing_key, "d": due, "a": at, "s": size}
+    if message_id is not None:
+        found["m"] = message_id
+    if task_id is not None:
+        found["c"] = task_id
+    if task is not None:
+        found["t"] = task
+    if was is not None:
+        found["w"] = was
     return found
 
 
