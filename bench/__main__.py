@@ -23,6 +23,15 @@ BENCHMARKS = ("relay", "publish", "lateness", "footprint", "scale", "cancellatio
               "index", "web")
 
 
+def _replaced(previous: Any) -> str:
+    """What a re-run of one benchmark replaces, for the page: the first run's error, or its figures."""
+    if previous is None:
+        return "not run before"
+    if isinstance(previous, dict) and "error" in previous:
+        return str(previous["error"])
+    return "the first run's figures"
+
+
 def _load() -> str:
     try:
         return subprocess.run(["uptime"], capture_output=True, text=True, timeout=10).stdout.strip()
@@ -135,7 +144,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         meta = saved["meta"]
         meta.setdefault("reruns", []).append(
             {"benchmarks": selected, "started": rerun["started"], "load": rerun["load_start"],
-             "replaced": {name: results.get(name, {}).get("error", "not run before") for name in selected}})
+             "replaced": {name: _replaced(results.get(name)) for name in selected}})
     keep = args.results or os.path.join(tempfile.gettempdir(), f"ladder-bench-{config.name}.json")
     try:
         for i, name in enumerate(selected, 1):
