@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import math
 import threading
 import time
 import tracemalloc
@@ -17,11 +18,12 @@ from kombu_ladder.cancellation.records import STREAM, LiveSet, decode, encode
 from kombu_ladder.cancellation.stream import declare_stream
 from kombu_ladder.contract import CONTROL
 from kombu_ladder.relay import Relay
+from kombu_ladder.relay.cancelwatch import READ_BACK_MS
 from kombu_ladder.topology import declare
 
 from .common import Vhost, log
 
-__all__ = ["memory", "start_time", "hop_ratio", "run"]
+__all__ = ["memory", "start_time", "start_bounded", "hop_ratio", "run"]
 
 
 def memory(n: int) -> dict[str, Any]:
@@ -42,8 +44,9 @@ def memory(n: int) -> dict[str, Any]:
     return {"n": n, "bytes": used, "bytes_per_id": round(used / n, 1), "mib": round(used / 2 ** 20, 1)}
 
 
-def _fill(url: str, n: int, *, due_in_ms: int) -> None:
-    """Append ``n`` cancellations to the stream, confirms pipelined, waited for at the end."""
+def _fill(url: str, n: int, *, due_in_ms: int, ahead_ms: int = 0) -> None:
+    """Append ``n`` cancellations to the stream, confirms pipelined, waited for at the end (written, in their
+    ``at``, ``ahead_ms`` after the broker appends them)."""
     connection = amqp.Connection(url.split("//", 1)[1].split("/", 1)[0].split("@")[-1], userid="guest",
                                  password="guest", virtual_host=url.rsplit("/", 1)[1].replace("%2F", "/"))
     connection.connect()
@@ -52,7 +55,7 @@ def _fill(url: str, n: int, *, due_in_ms: int) -> None:
     channel.confirm_select()
     acked = [0]
     channel.events["basic_ack"].add(lambda tag, multiple: acked.__setitem__(0, tag))
-    now = int(time.time() * 1000)
+    now = int(time.time() * 1000) + ahead_ms
     for i in range(n):
         channel.basic_publish(amqp.Message(encode(str(uuid.uuid4()), at=now, due=now + due_in_ms), delivery_mode=2),
                               "", STREAM)
@@ -64,11 +67,11 @@ def _fill(url: str, n: int, *, due_in_ms: int) -> None:
     connection.close()
 
 
-def _relay(url: str) -> tuple[Relay, threading.Thread, Any]:
+def _relay(url: str, clock: Any = None) -> tuple[Relay, threading.Thread, Any]:
     from kombu import Connection
 
     conn = Connection(url)
-    relay = Relay(conn)
+    relay = Relay(conn) if clock is None else Relay(conn, clock=clock)
     thread = threading.Thread(target=relay.run, daemon=True)
     thread.start()
     return relay, thread, conn
@@ -90,6 +93,39 @@ def start_time(n: int) -> dict[str, Any]:
         thread.join(30)
         conn.release()
     return {"n": n, "seconds": round(seconds, 2), "records_per_s": round(n / seconds), "live": live}
+
+
+def start_bounded(old: int, live: int) -> dict[str, Any]:
+    """Seconds from a relay's start until it consumes the control queue, when ``old`` records were written before
+    the horizon it reads back to (:data:`~kombu_ladder.relay.cancelwatch.READ_BACK_MS`) and ``live`` after it:
+    a relay starting after a year of revokes.
+
+    The broker's append times, which the relay's start offset is about, are real, so the relay's clock is set
+    ahead: its horizon falls between the two batches, two seconds apart. The ``live`` records say (in their
+    ``at``) that they were written that much later too, so that they are live to it.
+    """
+    with Vhost("cancel-bounded") as vhost:
+        started = time.monotonic()
+        _fill(vhost.url, old, due_in_ms=7 * 24 * 3600 * 1000)
+        time.sleep(1.5)  # a gap between the batches: append times are compared in whole seconds
+        horizon = math.ceil(time.time())
+        while time.time() < horizon + 1.5:
+            time.sleep(0.1)
+        ahead_s = horizon + READ_BACK_MS / 1000 - time.time()
+        _fill(vhost.url, live, due_in_ms=7 * 24 * 3600 * 1000, ahead_ms=int(ahead_s * 1000))
+        log(f"cancellations: {old:,} records before the horizon and {live:,} after, written in "
+            f"{time.monotonic() - started:.0f}s")
+        ahead_s = horizon + READ_BACK_MS / 1000 - time.time()
+        started = time.monotonic()
+        relay, thread, conn = _relay(vhost.url, clock=lambda: time.time() + ahead_s)
+        if not relay.ready.wait(1800):
+            raise TimeoutError("the relay did not catch up within 30 min")
+        seconds = time.monotonic() - started
+        kept = len(relay.core.cancels.live) if relay.core.cancels is not None else 0
+        relay.stop()
+        thread.join(30)
+        conn.release()
+    return {"old": old, "live": live, "seconds": round(seconds, 2), "kept": kept}
 
 
 def _hops(vhost: Vhost, k: int) -> float:
@@ -144,19 +180,22 @@ def run(config: Any = None, *, quick: bool = False) -> dict[str, Any]:
     """Every cancellation figure; a quick run (``config.name == "quick"``) uses a tenth of the sizes."""
     scale = 10 if quick or getattr(config, "name", "full") == "quick" else 1
     return {"memory": memory(1_000_000 // scale), "start": start_time(1_000_000 // scale),
+            "bounded": start_bounded(990_000 // scale, 10_000 // scale),
             "hops": hop_ratio(100_000 // scale, 20_000 // scale)}
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--only", choices=("memory", "start", "hops"))
+    parser.add_argument("--only", choices=("memory", "start", "bounded", "hops"))
     args = parser.parse_args()
     scale = 10 if args.quick else 1
     if args.only == "memory":
         print(json.dumps(memory(1_000_000 // scale)))
     elif args.only == "start":
         print(json.dumps(start_time(1_000_000 // scale)))
+    elif args.only == "bounded":
+        print(json.dumps(start_bounded(990_000 // scale, 10_000 // scale)))
     elif args.only == "hops":
         print(json.dumps(hop_ratio(100_000 // scale, 20_000 // scale)))
     else:

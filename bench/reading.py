@@ -69,6 +69,11 @@ def targets(results: dict[str, Any]) -> list[str]:
         for label, ratio in pub["ratios"].items():
             rows.append(f"| publish: `{label}` ≥ 0.9× its baseline | {ratio:.2f}× | {_verdict(ratio >= 0.9)} |")
     rows += burst_targets(results.get("bursts"))
+    bounded = (results.get("cancellations") or {}).get("bounded")
+    if bounded:
+        rows.append(f"| cancellations: a relay starts within 2 s with {bounded['old'] + bounded['live']:,} records ever "
+                    f"written, {bounded['live']:,} live | {bounded['seconds']} s | "
+                    f"{_verdict(bounded['seconds'] <= 2)} |")
     return rows
 
 

@@ -228,3 +228,19 @@ def test_a_burst_that_kept_up_with_its_due_times_is_not_read_as_slow() -> None:
     assert "standalone 0.05× (1,000/s, kept up with the due times)" in page
     assert "**0.05×** (kept up)" in page
     assert "Missed: one" not in page and "Every target was met in this run." in page
+
+
+def test_a_relay_start_after_a_year_of_revokes_is_a_row_and_a_target() -> None:
+    cancellations = {"memory": {"n": 1_000, "mib": 0.2, "bytes_per_id": 207.8},
+                     "start": {"n": 1_000, "seconds": 0.06, "records_per_s": 16_842},
+                     "hops": {"live": 100, "hops_per_s_none": 4_000, "hops_per_s_live": 4_100, "ratio": 1.025}}
+    base = _results(publish_ratio=0.95, d_p99_ms=10.0)
+    page = render({**base, "cancellations": cancellations}, _meta(Config.full()), None)
+    assert "records ever written" not in page and "a relay starts within 2 s" not in page  # a run without it
+    for seconds, verdict in ((1.42, "met"), (2.5, "**missed**")):
+        bounded = {"old": 990_000, "live": 10_000, "seconds": seconds, "kept": 10_000}
+        page = render({**base, "cancellations": {**cancellations, "bounded": bounded}}, _meta(Config.full()), None)
+        assert (f"| relay start, 1,000,000 records ever written, 10,000 of them within its read-back | {seconds} s "
+                f"(10,000 live kept) |") in page
+        assert (f"| cancellations: a relay starts within 2 s with 1,000,000 records ever written, 10,000 live | "
+                f"{seconds} s | {verdict} |") in page
