@@ -77,21 +77,27 @@ def _relay(url: str, clock: Any = None) -> tuple[Relay, threading.Thread, Any]:
     return relay, thread, conn
 
 
+def _started(url: str, clock: Any = None) -> tuple[float, int]:
+    """Start a relay; return the seconds until it consumes the control queue and the live cancellations it kept."""
+    started = time.monotonic()
+    relay, thread, conn = _relay(url, clock)
+    if not relay.ready.wait(1800):
+        raise TimeoutError("the relay did not catch up within 30 min")
+    seconds = time.monotonic() - started
+    live = len(relay.core.cancels.live) if relay.core.cancels is not None else 0
+    relay.stop()
+    thread.join(30)
+    conn.release()
+    return seconds, live
+
+
 def start_time(n: int) -> dict[str, Any]:
     """Seconds from a relay's start until it consumes the control queue, with ``n`` records to read first."""
     with Vhost("cancel-start") as vhost:
         started = time.monotonic()
         _fill(vhost.url, n, due_in_ms=7 * 24 * 3600 * 1000)
         log(f"cancellations: {n} records written in {time.monotonic() - started:.0f}s")
-        started = time.monotonic()
-        relay, thread, conn = _relay(vhost.url)
-        if not relay.ready.wait(1800):
-            raise TimeoutError("the relay did not catch up within 30 min")
-        seconds = time.monotonic() - started
-        live = len(relay.core.cancels.live) if relay.core.cancels is not None else 0
-        relay.stop()
-        thread.join(30)
-        conn.release()
+        seconds, live = _started(vhost.url)
     return {"n": n, "seconds": round(seconds, 2), "records_per_s": round(n / seconds), "live": live}
 
 
@@ -116,15 +122,7 @@ def start_bounded(old: int, live: int) -> dict[str, Any]:
         log(f"cancellations: {old:,} records before the horizon and {live:,} after, written in "
             f"{time.monotonic() - started:.0f}s")
         ahead_s = horizon + READ_BACK_MS / 1000 - time.time()
-        started = time.monotonic()
-        relay, thread, conn = _relay(vhost.url, clock=lambda: time.time() + ahead_s)
-        if not relay.ready.wait(1800):
-            raise TimeoutError("the relay did not catch up within 30 min")
-        seconds = time.monotonic() - started
-        kept = len(relay.core.cancels.live) if relay.core.cancels is not None else 0
-        relay.stop()
-        thread.join(30)
-        conn.release()
+        seconds, kept = _started(vhost.url, clock=lambda: time.time() + ahead_s)
     return {"old": old, "live": live, "seconds": round(seconds, 2), "kept": kept}
 
 
