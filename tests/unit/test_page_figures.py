@@ -292,7 +292,10 @@ FIGURES: tuple[Figure, ...] = (
     Figure("how.rst", "between −5 ms and +50 ms", Asserted(TEST_ON_TIME, scale=1000)),
     Figure("how.rst", "about 108 bytes (for a 36-character id", Code(_cancel_record_bytes)),
     Figure("how.rst", "about 207.8 bytes of memory", Bench(SEC6, "memory")),
-    Figure("how.rst", "1,000,000 records took 59.38 s (16,842 records/s)", Bench(SEC6, "relay start")),
+    Figure("how.rst", "1,000,000 records ever written, 10,000 of them within what it reads back, started in 0.85 s",
+           Bench(SEC6, "relay start, 1,000,000 records ever written")),
+    Figure("how.rst", "1,000,000 records took 59.38 s (16,842 records/s)",
+           Bench(SEC6, "relay start, 1,000,000 records")),
     Figure("how.rst", "hopped 4,520 messages/s against 4,332 with none", Bench(SEC6, "hops/s")),
     Figure("how.rst", "1,000,000 live cancellations take 198.1 MiB", Bench(SEC6, "memory")),
     # web.rst
