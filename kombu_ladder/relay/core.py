@@ -60,8 +60,9 @@ class RelayCore:
     :meth:`consumer` takes the channel to consume ``acemq.schedule.due`` on and
     returns the core as what a consumer loop holds (kombu's ``ConsumerMixin``:
     :meth:`consume`, :meth:`cancel`, a context manager). :meth:`on_message` is
-    the one place a message's fate is decided (:func:`~kombu_ladder.envelope.decide`)
-    and the one ``except`` around it parks it with the reason. The core owns the
+    the one place a message's fate is decided (:func:`~kombu_ladder.envelope.decide`);
+    one ``except`` (:meth:`_safely`) around that, and around carrying out a held
+    decision when it falls due, parks the message with the reason. The core owns the
     objects that carry the decision out: a :class:`~kombu_ladder.relay.publisher.Publisher`
     (a second channel of the same connection, in confirm mode: a publish the broker
     refuses with a channel error never takes the consumed messages back) and a

@@ -90,8 +90,9 @@ class Holder:
       when nothing is held (a message bigger than the whole budget is still held,
       alone). :attr:`full` tells the relay to take no new messages (back-pressure)
       until :attr:`roomy` (half the budget free again).
-    * Each entry is the relay's publish of a delivery; its message stays unacked
-      until that publish is sent at the due time and confirmed, so a crash or a
+    * Each entry is what the relay holds of a delivery (its message and the decision
+      to deliver it, encoded when it is due); the message stays unacked until that
+      publish is sent at the due time and confirmed, so a crash or a
       lost channel gives it back to the broker, which redelivers it: holding never
       loses one.
     * One wakeup at a time (:class:`Alarm`, set with :meth:`wake_with`) calls the
@@ -160,12 +161,12 @@ class Holder:
             return 1  # no room to hold the last second: the 1 s rung, late rather than early
         return decision
 
-    def hold(self, due_ms: int, publish: Any, now: float, size: int = 0) -> None:
-        """Hold ``publish`` (``size`` bytes) until ``due_ms``; wake the relay then if it is now the earliest
+    def hold(self, due_ms: int, item: Any, now: float, size: int = 0) -> None:
+        """Hold ``item`` (``size`` bytes) until ``due_ms``; wake the relay then if it is now the earliest
         (``now``: clock seconds)."""
-        heapq.heappush(self._heap, (due_ms, next(self._order), publish, size))
+        heapq.heappush(self._heap, (due_ms, next(self._order), item, size))
         self.bytes += size
-        if self.wakeup is not None and self._heap[0][2] is publish:
+        if self.wakeup is not None and self._heap[0][2] is item:
             self.wakeup(max(0.0, due_ms / 1000 - now))
 
     def wake_with(self, schedule: Optional[Schedule], fire: Callable[[], None], clock: Callable[[], float]) -> None:
@@ -179,13 +180,13 @@ class Holder:
         return max(0.0, self._heap[0][0] / 1000 - now) if self._heap else None
 
     def take_due(self, now: float) -> list[Any]:
-        """Remove and return the publishes due at ``now`` (clock seconds) or before, earliest first; the
+        """Remove and return the items due at ``now`` (clock seconds) or before, earliest first; the
         wakeup is set for the next one."""
         heap, out, now_ms = self._heap, [], int(now * 1000)
         while heap and heap[0][0] <= now_ms:
-            _, _, publish, size = heapq.heappop(heap)
+            _, _, item, size = heapq.heappop(heap)
             self.bytes -= size
-            out.append(publish)
+            out.append(item)
         self._refused = self._refused and not self.roomy
         if self.wakeup is not None and heap:
             self.wakeup(max(0.0, heap[0][0] / 1000 - now))
@@ -193,10 +194,10 @@ class Holder:
 
     def release(self) -> list[Any]:
         """Remove and return everything held, earliest first (the messages go back to the broker)."""
-        return [publish for _, publish in self.release_with_due()]
+        return [item for _, item in self.release_with_due()]
 
     def release_with_due(self) -> list[tuple[int, Any]]:
-        """Remove and return everything held as (due time in epoch ms, publish), earliest first."""
+        """Remove and return everything held as (due time in epoch ms, item), earliest first."""
         out = [(entry[0], entry[2]) for entry in sorted(self._heap, key=lambda entry: entry[:2])]
         self._heap = []
         self.bytes = 0

@@ -211,14 +211,14 @@ class Publisher:
         raw = outgoing.encode(kind, None if raw_only else job.props, job.headers or {}, raw=job.raw, added=added)
         return Publish(job, kind, exchange, routing_key, raw)
 
-    def carry_out(self, job: Job, decision: Decision) -> None:
+    def carry_out(self, job: Job, decision: Decision, *, raw_only: bool = False) -> None:
         """Encode the publish that carries out ``decision`` for ``job``'s message (see :meth:`prepare`) and send it."""
-        publish = self.prepare(job, decision)
+        publish = self.prepare(job, decision, raw_only=raw_only)
         self.send(publish)
 
     def park(self, job: Job, reason: str, *, raw_only: bool = False) -> None:
         """Park ``job``'s message with ``reason`` (see :meth:`prepare`)."""
-        self.send(self.prepare(job, Park(reason), raw_only=raw_only))
+        self.carry_out(job, Park(reason), raw_only=raw_only)
 
     def done(self, job: Job) -> None:
         """Ack ``job``'s message without a publish (a cancelled one is dropped)."""
