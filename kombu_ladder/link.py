@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import struct
 import time
 import weakref
@@ -17,6 +18,8 @@ __all__ = [
     "CONNECTION_ERRORS", "HEADER_OVERHEAD", "OnClose", "Schedule", "RawMessage", "sends_encoded", "Guard", "Link",
     "AmqpLink", "link_for", "transport_link", "clock_of", "sibling", "publish", "discard", "close_quietly",
 ]
+
+logger = logging.getLogger("kombu_ladder")
 
 E_TRANSPORT = ("the ladder relay runs on py-amqp (amqp:// or pyamqp:// URLs) or on a transport that offers its "
                "own link (the simulator, ladder-sim://), not on the {!r} transport")
@@ -285,4 +288,4 @@ def close_quietly(channel: Any) -> None:
     try:
         channel.close()
     except Exception:  # noqa: BLE001 - a dead channel or connection has nothing to close
-        pass
+        logger.debug("closing a channel failed (it was gone already)", exc_info=True)

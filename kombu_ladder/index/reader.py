@@ -19,7 +19,7 @@ from ..cancellation.records import STREAM as CANCELLATIONS
 from ..cancellation.records import decode as decode_cancel
 from ..cancellation.records import encode_marker as encode_cancel_marker
 from ..cancellation.stream import declare_stream
-from ..link import clock_of
+from ..link import clock_of, close_quietly
 from ..relay.cancelwatch import read_from
 from ..relay.notices import Notices
 from ..text import escape
@@ -197,7 +197,7 @@ def _read(connection: Any, store: IndexStore, stream: str, first: Union[str, dat
         finally:
             store.commit()
     finally:
-        _close_quietly(channel)
+        close_quietly(channel)
 
 
 def _declared(connection: Any, stream: str, declare: Callable[[Any], None], deadline: float) -> Any:
@@ -209,7 +209,7 @@ def _declared(connection: Any, stream: str, declare: Callable[[Any], None], dead
             declare(channel)
             return channel
         except connection.channel_errors as exc:
-            _close_quietly(channel)
+            close_quietly(channel)
             if getattr(exc, "reply_code", None) != 404:
                 raise
             if time.monotonic() >= deadline:
@@ -217,12 +217,6 @@ def _declared(connection: Any, stream: str, declare: Callable[[Any], None], dead
                                        f"({getattr(exc, 'reply_text', None) or exc})") from None
         time.sleep(RETRY_EVERY)
 
-
-def _close_quietly(channel: Any) -> None:
-    try:
-        channel.close()
-    except Exception:  # noqa: BLE001 - a dead connection has nothing to close
-        logger.debug("closing the index channel failed", exc_info=True)
 
 
 def cancellations_from(store: IndexStore, now: float) -> datetime:

@@ -11,6 +11,7 @@ from typing import Any, Callable, Optional, Sequence
 from kombu import Producer
 
 from ..carry import waiting_for_confirms
+from ..link import close_quietly
 from .records import MAX_ENTRIES, STREAM, STREAM_ARGUMENTS, Entry, encode_batch, encode_marker
 
 __all__ = ["IndexWriter", "IndexRefused", "Send", "BATCH", "LINGER", "declare_index", "open_index", "append"]
@@ -73,7 +74,7 @@ def open_index(connection: Any, *, at: int = 0) -> None:
             code = getattr(exc, "reply_code", None)
             if code not in (403, 404):  # 404: the stream exists, its node not serving it yet (after a restart)
                 raise
-            _close_quietly(channel)
+            close_quietly(channel)
             channel = connection.channel()
             if code == 403:
                 try:
@@ -84,7 +85,7 @@ def open_index(connection: Any, *, at: int = 0) -> None:
                     if not _starting(missing):
                         raise IndexRefused(f"the stream {STREAM} does not exist and this user may not declare it "
                                            f"({getattr(exc, 'reply_text', None) or exc})") from None
-                    _close_quietly(channel)
+                    close_quietly(channel)
                     channel = connection.channel()
                 logger.info(I_FOUND, STREAM, getattr(exc, "reply_text", None) or exc)
         try:
@@ -98,19 +99,13 @@ def open_index(connection: Any, *, at: int = 0) -> None:
             raise IndexRefused(f"this user may not append to the stream {STREAM} through the default exchange "
                                f"({getattr(exc, 'reply_text', None) or exc})") from None
     finally:
-        _close_quietly(channel)
+        close_quietly(channel)
 
 
 def _starting(exc: Exception) -> bool:
     """Whether a 404 says the stream exists but its node is not serving it yet (just after a broker restart)."""
     return "home node" in str(getattr(exc, "reply_text", None) or exc)
 
-
-def _close_quietly(channel: Any) -> None:
-    try:
-        channel.close()
-    except Exception:  # noqa: BLE001 - a channel the broker closed has nothing more to close
-        logger.debug("closing the index channel failed", exc_info=True)
 
 
 class IndexWriter:
@@ -241,7 +236,7 @@ def append(connection: Any, entries: Sequence[Entry], *, declare: bool = False, 
                 declare_index(channel)
             except connection.channel_errors as exc:
                 logger.warning(W_UNDECLARED, STREAM, getattr(exc, "reply_text", None) or exc)
-                _close_quietly(channel)
+                close_quietly(channel)
                 channel = None
         if channel is None:
             channel = connection.channel()
@@ -261,6 +256,5 @@ def append(connection: Any, entries: Sequence[Entry], *, declare: bool = False, 
                        what or "those messages are waiting but unindexed")
         return False
     finally:
-        if channel is not None:
-            _close_quietly(channel)
+        close_quietly(channel)
     return True
