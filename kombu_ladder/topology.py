@@ -10,6 +10,7 @@ from kombu import Exchange, Queue
 
 from .contract import CONTROL, EXCHANGE, EXCHANGE_TYPE, PARKING, RUNGS, arguments_for, rung_name
 from .errors import LadderNotDeclared, TopologyConflict
+from .link import close_quietly
 
 __all__ = ["QUEUE_TYPES", "check_queue_type", "declare", "declare_or_find", "declared_queue_type", "resolve_queue_type",
            "ladder_exchange", "ladder_queues", "parking_queue", "queue_arguments"]
@@ -124,7 +125,7 @@ def declare(connection_or_channel: Any, queue_type: str = "classic") -> list[str
         try:
             return _declare_on(channel, queue_type)
         finally:
-            _close_quietly(channel)
+            close_quietly(channel)
     return _declare_on(connection_or_channel, queue_type)
 
 
@@ -193,7 +194,7 @@ def _accepted(connection: Any, queue: Queue) -> bool:
     except ChannelError:
         return False
     finally:
-        _close_quietly(channel)
+        close_quietly(channel)
     return True
 
 
@@ -217,15 +218,8 @@ def _missing(connection_or_channel: Any, names: list[Optional[str]]) -> list[str
                 raise
             missing.append(name)
         finally:
-            _close_quietly(channel)
+            close_quietly(channel)
     return missing
-
-
-def _close_quietly(channel: Any) -> None:
-    try:
-        channel.close()
-    except Exception:  # noqa: BLE001 - the channel may already be closed by the broker
-        logger.debug("closing the declare channel failed", exc_info=True)
 
 
 def _declare_on(channel: Any, queue_type: str) -> list[str]:

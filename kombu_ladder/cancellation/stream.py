@@ -10,7 +10,7 @@ from kombu import Producer
 
 from ..carry import waiting_for_confirms
 from ..errors import CancellationsUnavailable
-from ..link import clock_of
+from ..link import clock_of, close_quietly
 from ..plan import to_millis
 from .records import STREAM, STREAM_ARGUMENTS, STREAM_EXCHANGE, STREAM_EXCHANGE_TYPE, check_id, encode
 
@@ -49,7 +49,7 @@ def declare_cancellations(connection_or_channel: Any) -> None:
         try:
             return declare_cancellations(channel)
         finally:
-            _close_quietly(channel)
+            close_quietly(channel)
     channel = connection_or_channel
     declare_stream(channel)
     channel.exchange_declare(STREAM_EXCHANGE, STREAM_EXCHANGE_TYPE, durable=True, auto_delete=False)
@@ -113,7 +113,7 @@ def cancel_many(connection: Any, message_ids: Iterable[str], *, due: Due = None,
             if problem is None:
                 raise
             logger.debug(I_FALLBACK, STREAM_EXCHANGE, problem)
-            _close_quietly(channel)
+            close_quietly(channel)
             channel = waiting_for_confirms(connection.channel())
             try:  # the way of the releases before the exchange: needs configure on the stream and amq.default
                 declare_stream(channel)
@@ -125,7 +125,7 @@ def cancel_many(connection: Any, message_ids: Iterable[str], *, due: Due = None,
         else:
             _publish(channel, STREAM_EXCHANGE, bodies[1:])
     finally:
-        _close_quietly(channel)
+        close_quietly(channel)
     for message_id, _ in bodies:
         logger.info(I_CANCELLED, message_id, "unknown" if due_ms is None else due_ms, STREAM)
     return len(ids)
@@ -137,13 +137,6 @@ def _publish(channel: Any, exchange: str, bodies: list[tuple[str, bytes]]) -> No
     for _, body in bodies:
         producer.publish(body, exchange=exchange, routing_key=STREAM, content_type="application/json",
                          content_encoding="utf-8", delivery_mode=2, mandatory=True)
-
-
-def _close_quietly(channel: Any) -> None:
-    try:
-        channel.close()
-    except Exception:  # noqa: BLE001 - a dead connection (or a closed channel) has nothing to close
-        logger.debug("closing the cancellation channel failed", exc_info=True)
 
 
 def cancel(connection: Any, message_id: str, *, due: Due = None,
