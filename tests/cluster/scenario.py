@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 import helpers
-from faults.faultkit import Collector, wait_until
+from faults.faultkit import Collector, Confirms, wait_until
 from kombu import Connection, Queue
 
 from kombu_ladder import LadderProducer, Scheduler, declare
@@ -17,7 +17,7 @@ from kombu_ladder.contract import rung_names
 
 from .clusterkit import Cluster, RelayProcess
 
-__all__ = ["Confirms", "TimedCollector", "Scenario", "ladder_depth"]
+__all__ = ["TimedCollector", "Scenario", "ladder_depth"]
 
 TARGET = "cluster.target"
 
@@ -42,42 +42,6 @@ class TimedCollector(Collector):
         """The longest pause between deliveries from ``since`` on (the first one counts from ``since``)."""
         stamps = [since, *[t for t in self.times if t >= since]]
         return max((b - a for a, b in zip(stamps, stamps[1:])), default=0.0)
-
-
-class Confirms:
-    """The broker's confirms of the publishes on one channel, put in confirm mode: waited for at the end, not
-    one by one."""
-
-    def __init__(self, channel: Any) -> None:
-        self.acked: set[int] = set()
-        self.upto = 0  # every tag up to here is acked
-        self.nacked = 0
-        channel.confirm_select()
-        channel.events["basic_ack"].add(self._ack)
-        channel.events["basic_nack"].add(self._nack)
-
-    def _ack(self, tag: int, multiple: bool = False) -> None:
-        if multiple:
-            self.upto = max(self.upto, tag)
-        else:
-            self.acked.add(tag)
-        while self.upto + 1 in self.acked:
-            self.upto += 1
-            self.acked.discard(self.upto)
-
-    def _nack(self, tag: int, multiple: bool = False, requeue: bool = False) -> None:
-        self.nacked += 1
-
-    def wait(self, conn: Connection, count: int, timeout: float, where: str) -> None:
-        """Wait (at most ``timeout`` seconds) until the first ``count`` publishes are confirmed; fail on a nack."""
-        deadline = time.monotonic() + max(timeout, 1.0)
-        while self.upto < count and not self.nacked and time.monotonic() < deadline:
-            try:
-                conn.drain_events(timeout=1.0)
-            except TimeoutError:
-                pass
-        assert not self.nacked, f"{where} refused {self.nacked} of the scenario's publishes (basic.nack)"
-        assert self.upto >= count, f"{where} confirmed {self.upto} of {count} publishes in time"
 
 
 def ladder_depth(cluster: Cluster, vhost: str) -> int:
