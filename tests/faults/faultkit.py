@@ -285,10 +285,12 @@ class WorkerProcess(Restartable):
     stop_timeout = 20.0
 
     def __init__(self, broker_url: str, workdir: Path, *, vanilla: bool = False, name: str = "w",
-                 allowed: Optional[list[str]] = None, exclusive_control: bool = False) -> None:
+                 allowed: Optional[list[str]] = None, exclusive_control: bool = False,
+                 acks_late: bool = False) -> None:
         self.broker_url = broker_url
         self.allowed = allowed
         self.exclusive_control = exclusive_control
+        self.acks_late = acks_late
         self.workdir = workdir
         self.vanilla = vanilla
         self.name = name
@@ -306,6 +308,7 @@ class WorkerProcess(Restartable):
                    LADDER_FAULT_VANILLA="1" if self.vanilla else "0",
                    LADDER_FAULT_ALLOWED="" if self.allowed is None else json.dumps(self.allowed),
                    LADDER_FAULT_EXCLUSIVE_CONTROL="1" if self.exclusive_control else "0",
+                   LADDER_FAULT_ACKS_LATE="1" if self.acks_late else "0",
                    PYTHONPATH=os.pathsep.join([str(Path(__file__).parent / "apps"), str(root)]))
         with open(self.log_path(self.starts), "wb") as log:
             self.proc = subprocess.Popen(

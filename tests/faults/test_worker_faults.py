@@ -29,7 +29,19 @@ WORKER_WINDOW = 8 * 4
 @pytest.fixture
 def worker(fault_url: str, tmp_path: Path) -> Iterator[WorkerProcess]:
     """A Celery worker subprocess running the ladder's relay bootstep (not started yet)."""
-    process = WorkerProcess(fault_url, tmp_path)
+    yield from _stopped_after(WorkerProcess(fault_url, tmp_path))
+
+
+@pytest.fixture
+def late_acking_worker(fault_url: str, tmp_path: Path) -> Iterator[WorkerProcess]:
+    """The same worker with ``task_acks_late``. Celery's default acks a task as it starts, so a kill while it
+    runs loses that task whatever brought it (a window that could explain the one task of 5,000 a CI rehearsal
+    found missing): acked late, the task runs again instead, and a task missing after a kill was lost by the
+    ladder."""
+    yield from _stopped_after(WorkerProcess(fault_url, tmp_path, acks_late=True))
+
+
+def _stopped_after(process: WorkerProcess) -> Iterator[WorkerProcess]:
     try:
         yield process
     finally:
@@ -56,7 +68,8 @@ def settled(node: PrivateNode, vhost: str, worker: WorkerProcess, sent: int) -> 
 
 
 def test_worker_killed_twice_loses_nothing(private_node: PrivateNode, fault_vhost: str, fault_url: str,
-                                           worker: WorkerProcess, report: dict[str, Any]) -> None:
+                                           late_acking_worker: WorkerProcess, report: dict[str, Any]) -> None:
+    worker = late_acking_worker
     sent = 5000
     seed = int(os.environ.get("LADDER_FAULT_SEED", time.time()))
     rng = random.Random(seed)
@@ -83,7 +96,7 @@ def test_worker_killed_twice_loses_nothing(private_node: PrivateNode, fault_vhos
     assert result["lost"] == 0
     # A kill duplicates the relay's publishes waiting for their confirms (at most the prefetch) and the messages
     # whose acks were on their way (2 x PREFETCH, as for a standalone relay), and the tasks the worker had
-    # taken and not acked (WORKER_WINDOW).
+    # taken and not acked (WORKER_WINDOW: acked late, those it had run among them).
     assert result["duplicated"] <= len(kills) * (2 * PREFETCH + WORKER_WINDOW), result
 
 

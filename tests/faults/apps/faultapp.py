@@ -14,11 +14,13 @@ __all__ = ["app", "make_app"]
 
 
 def make_app(broker_url: str, *, ladder: bool = True, allowed: Optional[list[str]] = None,
-             exclusive_control: bool = False) -> Celery:
+             exclusive_control: bool = False, acks_late: bool = False) -> Celery:
     """Return the fault-test app on ``broker_url``; ``ladder=False`` is vanilla Celery.
 
     ``allowed`` becomes ``ladder_allowed_exchanges``; ``exclusive_control`` sets Celery's
-    ``control_queue_exclusive`` (5.6+: remote-control queues that RabbitMQ 4.3 still accepts).
+    ``control_queue_exclusive`` (5.6+: remote-control queues that RabbitMQ 4.3 still accepts);
+    ``acks_late`` sets ``task_acks_late`` (Celery's default acks a task as it starts, so a worker
+    killed while it runs loses that task, with the ladder or without it).
     """
     celery = Celery("faultapp", broker=broker_url)
     celery.conf.update(
@@ -28,6 +30,7 @@ def make_app(broker_url: str, *, ladder: bool = True, allowed: Optional[list[str
         worker_prefetch_multiplier=4,
         ladder_allowed_exchanges=allowed,
         control_queue_exclusive=exclusive_control,
+        task_acks_late=acks_late,
     )
     if ladder:
         celery_ladder.install(celery)
@@ -46,4 +49,5 @@ _allowed = os.environ.get("LADDER_FAULT_ALLOWED")
 app = make_app(os.environ.get("LADDER_FAULT_BROKER", "memory://"),
                ladder=os.environ.get("LADDER_FAULT_VANILLA") != "1",
                allowed=json.loads(_allowed) if _allowed else None,
-               exclusive_control=os.environ.get("LADDER_FAULT_EXCLUSIVE_CONTROL") == "1")
+               exclusive_control=os.environ.get("LADDER_FAULT_EXCLUSIVE_CONTROL") == "1",
+               acks_late=os.environ.get("LADDER_FAULT_ACKS_LATE") == "1")
