@@ -182,7 +182,7 @@ class Confirms:
                 conn.drain_events(timeout=1.0)
             except TimeoutError:
                 pass
-        assert not self.nacked, f"{where} refused {self.nacked} of the scenario's publishes (basic.nack)"
+        assert not self.nacked, f"{where} refused {self.nacked} of the publishes waited for (basic.nack)"
         assert self.upto >= count, f"{where} confirmed {self.upto} of {count} publishes in time"
 
 
