@@ -218,7 +218,6 @@ def _declared(connection: Any, stream: str, declare: Callable[[Any], None], dead
         time.sleep(RETRY_EVERY)
 
 
-
 def cancellations_from(store: IndexStore, now: float) -> datetime:
     """Where a first read of ``ladder.cancellations`` starts: the records that can still drop a message (a
     relay's window), or, when earlier, the records written since the oldest entry the index holds was

@@ -107,7 +107,6 @@ def _starting(exc: Exception) -> bool:
     return "home node" in str(getattr(exc, "reply_text", None) or exc)
 
 
-
 class IndexWriter:
     """Collects entries and sends them to ``ladder.index`` in batches.
 
