@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import struct
 from collections import OrderedDict, defaultdict
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import Any, Callable, Optional, Protocol
 
 import amqp
 from amqp import spec
@@ -25,10 +25,21 @@ from .client_codec import body_bytes
 from .declarations import token
 from .inbound import Inbound
 
-if TYPE_CHECKING:
-    from .transport import Transport
+__all__ = ["Channel", "Connection"]
 
-__all__ = ["Channel"]
+
+class Connection(Protocol):
+    """What a channel uses of its connection (the simulator's transport, which imports this module)."""
+
+    broker: Any
+    client: Any
+    frame_max: int
+
+    def claim(self) -> None: ...
+
+    def process_until(self, done: Callable[[], bool]) -> int: ...
+
+    def close_channel(self, channel: Any) -> None: ...
 
 
 
@@ -87,7 +98,7 @@ class Channel(Inbound, virtual.Channel):
     #: so a publisher may hand it encoded properties (:class:`kombu_ladder.link.RawMessage`).
     sends_encoded_properties = True
 
-    def __init__(self, connection: "Transport", **kwargs: Any) -> None:
+    def __init__(self, connection: Connection, **kwargs: Any) -> None:
         super().__init__(connection, **kwargs)
         self.broker = connection.broker
         #: py-amqp's event handlers: ``basic_ack``, ``basic_nack``, ``basic_return``.
