@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from .report import ms
+from .common import ms
 
 __all__ = ["closing", "headline"]
 

@@ -33,6 +33,7 @@ __all__ = [
     "summarize",
     "percentile",
     "median",
+    "ms",
     "wait_until",
     "log",
     "payload",
@@ -299,6 +300,15 @@ def percentile(values: Sequence[float], q: float) -> float:
 def median(values: Iterable[float]) -> float:
     """Return the median of ``values``."""
     return percentile(list(values), 50)
+
+
+def ms(value: Optional[float]) -> str:
+    """Format milliseconds: one decimal below 100 ms, thousands separators above."""
+    if value is None:
+        return "–"
+    if abs(value) < 100:
+        return f"{value:.1f}"
+    return f"{value:,.0f}"
 
 
 def summarize(lateness_ms: Sequence[float], expected: int) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from .report import ms
+from .common import ms
 
 __all__ = ["targets", "reading", "burst_targets", "burst_rounds", "burst_round", "twin_ratios"]
 

@@ -7,7 +7,7 @@ import platform
 import subprocess
 from typing import Any, Optional
 
-from .common import median
+from .common import median, ms
 
 __all__ = ["environment", "render", "ms"]
 
@@ -36,15 +36,6 @@ def environment() -> dict[str, Any]:
     return {"python": platform.python_version(), "celery": celery.__version__, "kombu": kombu.__version__,
             "amqp": amqp.__version__, "rabbitmq": rabbit, "cores": os.cpu_count(),
             "memory_gb": round(mem_kb / 2**20, 1), "cpu": cpu, "os": platform.platform()}
-
-
-def ms(value: Optional[float]) -> str:
-    """Format milliseconds: one decimal below 100 ms, thousands separators above."""
-    if value is None:
-        return "–"
-    if abs(value) < 100:
-        return f"{value:.1f}"
-    return f"{value:,.0f}"
 
 
 def _lateness_table(lateness: dict[str, Any], order: tuple[str, ...] = ORDER) -> list[str]:
