@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -83,7 +84,7 @@ class PrivateNode(NodeControl):
 
 def boot_private_node(prefix: str = "ladder-faults", config: str = "") -> PrivateNode:
     """Boot a RabbitMQ node of our own on free ports (``config``: more ``rabbitmq.conf`` lines); the caller
-    stops it and removes its ``base``."""
+    stops it and removes its ``base`` (:func:`running_private_node` does both)."""
     if shutil.which("rabbitmq-server") is None or shutil.which("rabbitmqctl") is None:
         _unavailable("rabbitmq-server is not installed")
     if not broker_reachable():
@@ -120,6 +121,17 @@ def boot_private_node(prefix: str = "ladder-faults", config: str = "") -> Privat
     return node
 
 
+@contextlib.contextmanager
+def running_private_node(prefix: str = "ladder-faults", config: str = "") -> Iterator[PrivateNode]:
+    """A node of :func:`boot_private_node`'s, stopped and its ``base`` removed on leaving."""
+    node = boot_private_node(prefix, config)
+    try:
+        yield node
+    finally:
+        node.stop()
+        shutil.rmtree(node.base, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def private_node() -> Iterator[PrivateNode]:
     """Boot a second RabbitMQ node on free ports for destructive tests; stop it at the end.
@@ -127,13 +139,9 @@ def private_node() -> Iterator[PrivateNode]:
     The shared broker at :5672 is never restarted or reconfigured: restarts,
     ``stop_app`` and ``consumer_timeout`` changes all go to this node.
     """
-    node = boot_private_node()
-    _release.append(node.version())
-    try:
+    with running_private_node() as node:
+        _release.append(node.version())
         yield node
-    finally:
-        node.stop()
-        shutil.rmtree(node.base, ignore_errors=True)
 
 
 @pytest.fixture

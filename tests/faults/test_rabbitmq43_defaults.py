@@ -10,7 +10,6 @@ cannot start without it: what docs/operations.rst tells operators before they up
 from __future__ import annotations
 
 import random
-import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +18,7 @@ import pytest
 from helpers import ladder_counters, wait_for
 
 from .apps.faultapp import make_app
-from .conftest import PrivateNode, boot_private_node
+from .conftest import PrivateNode, running_private_node
 from .faultkit import WorkerProcess, run_figures, wait_until
 
 pytestmark = [pytest.mark.broker, pytest.mark.celery]
@@ -34,12 +33,8 @@ def strict_node(private_node: PrivateNode) -> Iterator[PrivateNode]:
     release = tuple(int(part) for part in private_node.version().split(".")[:2])
     if release < (4, 0):
         pytest.skip(f"RabbitMQ {private_node.version()} has no deprecated-feature switches (4.0 and later)")
-    node = boot_private_node("ladder-strict", STRICT)
-    try:
+    with running_private_node("ladder-strict", STRICT) as node:
         yield node
-    finally:
-        node.stop()
-        shutil.rmtree(node.base, ignore_errors=True)
 
 
 @pytest.fixture
