@@ -42,7 +42,6 @@ class Connection(Protocol):
     def close_channel(self, channel: Any) -> None: ...
 
 
-
 def _channel_op(method: Callable[..., Any]) -> Callable[..., Any]:
     """Run a channel method; a channel error resets the channel as RabbitMQ and py-amqp do.
 
