@@ -124,8 +124,8 @@ def test_connection_lost_before_confirm_is_not_acked(conn: Connection, fault_url
     thread = threading.Thread(target=relay.run, daemon=True)
     thread.start()
     try:
-        wait_until(lambda: depth(conn, CONTROL) == 0 and relay.counters.delivered and not relay.core.outstanding, 20,
-                   "the expiries relayed after the reconnect")
+        wait_until(lambda: relay.counters.delivered >= COUNT and not relay.core.outstanding
+                   and depth(conn, CONTROL) == 0, 20, "every expiry relayed after the reconnect")
     finally:
         relay.stop()
         thread.join(10)
