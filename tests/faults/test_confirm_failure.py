@@ -58,6 +58,26 @@ def drive(core: RelayCore, url: str, seconds: float) -> Connection:
     return connection
 
 
+def relay_every_expiry(conn: Connection, when: str) -> Relay:
+    """Run a :class:`Relay` until it has delivered all ``COUNT`` expiries; stop it and return it.
+
+    Every delivery confirmed, not merely one: a retried expiry comes back due a few seconds
+    ahead, and the relay holds it unacked (the control queue reads 0, nothing is outstanding)
+    until then; and the relay takes several expiries at once but confirms them one by one.
+    """
+    relay = Relay(conn.clone())
+    thread = threading.Thread(target=relay.run, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: relay.counters.delivered >= COUNT and not relay.core.outstanding
+                   and depth(conn, CONTROL) == 0, 20, f"every expiry relayed {when}")
+    finally:
+        relay.stop()
+        thread.join(10)
+        relay.connection.release()
+    return relay
+
+
 def test_nacked_republish_is_not_acked(conn: Connection, fault_url: str, report: dict[str, Any]) -> None:
     target = "faults.full"
     Queue(target, durable=True, queue_arguments={"x-max-length": COUNT, "x-overflow": "reject-publish"})(
@@ -80,18 +100,7 @@ def test_nacked_republish_is_not_acked(conn: Connection, fault_url: str, report:
     assert depth(conn, target) == COUNT
 
     conn.default_channel.queue_purge(target)  # the operator makes room
-    relay = Relay(conn.clone())
-    thread = threading.Thread(target=relay.run, daemon=True)
-    thread.start()
-    try:
-        # Every delivery confirmed, not merely one: a retried expiry comes back due a few seconds
-        # ahead, and the relay holds it unacked (the control queue reads 0) until then.
-        wait_until(lambda: relay.counters.delivered >= COUNT and relay.core.outstanding == 0
-                   and depth(conn, CONTROL) == 0, 20, "every expiry relayed once the target had room")
-    finally:
-        relay.stop()
-        thread.join(10)
-        relay.connection.release()
+    relay = relay_every_expiry(conn, "once the target had room")
     figures = take_figures(conn, target, COUNT)
     report.update(figures, nacked_attempts_in_2s=nacked_rounds)
     assert figures == {"sent": COUNT, "delivered": COUNT, "duplicated": 0, "lost": 0}
@@ -120,16 +129,7 @@ def test_connection_lost_before_confirm_is_not_acked(conn: Connection, fault_url
     wait_until(lambda: depth(conn, CONTROL) == COUNT, 15, "all expiries back on the control queue")
     assert core.counters.delivered == 0
 
-    relay = Relay(conn.clone())
-    thread = threading.Thread(target=relay.run, daemon=True)
-    thread.start()
-    try:
-        wait_until(lambda: relay.counters.delivered >= COUNT and not relay.core.outstanding
-                   and depth(conn, CONTROL) == 0, 20, "every expiry relayed after the reconnect")
-    finally:
-        relay.stop()
-        thread.join(10)
-        relay.connection.release()
+    relay = relay_every_expiry(conn, "after the reconnect")
     # At least once: each message whose confirm was lost is delivered twice; none is lost.
     figures = take_figures(conn, target, COUNT)
     report.update(figures)
