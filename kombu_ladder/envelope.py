@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Union
 
 from .carry import text_of
@@ -17,7 +17,7 @@ from .contract import (
     TARGET_ROUTING_KEY,
     rung_name,
 )
-from .plan import DELIVER, MAX_DELAY, Step, choose_rung, parse_due_at
+from .plan import DELIVER, MAX_DELAY, choose_rung, parse_due_at, relay_step
 from .targets import is_internal, name_problem, own_name_problem
 from .text import escape, quote
 from .wire import PROPERTIES, Unencodable, py_property, py_table, py_value
@@ -87,6 +87,8 @@ class Hop:
     """Put the message back into rung ``rung`` (seconds)."""
 
     rung: int
+    #: It fell within the hold window but the relay had no room to hold it (not part of equality).
+    unheld: bool = field(default=False, compare=False)
 
     @property
     def queue(self) -> str:
@@ -265,7 +267,8 @@ def decide(
     *,
     allow_exchange: Optional[Callable[[str], bool]] = None,
     max_delay_ms: int = MAX_DELAY * 1000,
-    plan: Callable[[int], Step] = choose_rung,
+    hold_window_ms: Optional[int] = None,
+    can_hold: bool = False,
 ) -> Decision:
     """Decide where one expired message goes: delivered (now or held until due), into a rung, or parked.
 
@@ -278,9 +281,11 @@ def decide(
         allow_exchange: optional predicate; a target exchange it refuses is parked.
         max_delay_ms: a due time further ahead than this is parked as malformed
             (a unit mistake); the default is :data:`~kombu_ladder.plan.MAX_DELAY`.
-        plan: ``plan(remaining_ms)`` gives the rung, :data:`~kombu_ladder.plan.DELIVER` (None) or
-            :data:`~kombu_ladder.plan.HOLD`; the default is :func:`~kombu_ladder.plan.choose_rung`,
-            the contract's rule (a relay's is :func:`~kombu_ladder.plan.step`).
+        hold_window_ms: None (the default) for the contract's rung rule
+            (:func:`~kombu_ladder.plan.choose_rung`); a relay gives its hold window, and its
+            rule is :func:`~kombu_ladder.plan.relay_step`.
+        can_hold: whether the relay has room to hold this message now (a value: the
+            decision reads nothing of the relay's state; the relay acts on the verdict).
 
     Returns:
         :class:`Deliver`, :class:`Hold`, :class:`Hop` or :class:`Park`.
@@ -328,7 +333,12 @@ def decide(
     if allow_exchange is not None and not allow_exchange(exchange):
         return Park(f"refused: target exchange {quote(exchange)} is not in the relay's allow-list")
 
-    step = plan(due - now_ms)
+    remaining = due - now_ms
+    if hold_window_ms is None:
+        step = choose_rung(remaining)
+    else:
+        step = relay_step(remaining, hold_window_ms=hold_window_ms, can_hold=can_hold)
     if isinstance(step, int):
-        return Hop(step)
+        # within the window but not held (no room): the relay learns it from the verdict
+        return Hop(step, unheld=hold_window_ms is not None and 0 < remaining < hold_window_ms and not can_hold)
     return Deliver(exchange, routing_key, due) if step is DELIVER else Hold(exchange, routing_key, due)

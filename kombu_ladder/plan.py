@@ -33,6 +33,7 @@ __all__ = [
     "Step",
     "tolerance_ms",
     "fit_rung",
+    "relay_step",
     "step",
     "check_hold_window",
     "check_hold_capacity",
@@ -308,6 +309,16 @@ def step(remaining_ms: int, *, hold_window_ms: int = 0, can_hold: bool = False) 
     if remaining_ms < hold_window_ms and can_hold:
         return HOLD
     return fit_rung(remaining_ms)
+
+
+def relay_step(remaining_ms: int, *, hold_window_ms: int, can_hold: bool) -> Step:
+    """:func:`step` for a relay that holds: a message it cannot hold (no room) is never delivered early, so
+    one with less than a second left takes the 1 s rung (up to a second late); with holding off
+    (``hold_window_ms`` 0) it is :func:`step`, the contract's up to a second early."""
+    decision = step(remaining_ms, hold_window_ms=hold_window_ms, can_hold=can_hold)
+    if decision is None and remaining_ms > 0 and hold_window_ms and not can_hold:
+        return 1
+    return decision
 
 
 def check_hold_window(value: object, *, argument: str = "hold_window") -> float:

@@ -415,17 +415,12 @@ class RelayCore:
         repeated = outgoing.twice(props, job.headers)
         if repeated is not None:
             return Park(f"malformed: header {repeated} is given more than once")
+        size = _size(job)
         decision = decide(job.headers, int(self.clock() * 1000), allow_exchange=self.allow,
-                          max_delay_ms=self.options.max_delay_ms,
-                          plan=lambda remaining_ms: self.held.step(remaining_ms, _size(job)))
-        if isinstance(decision, Deliver) and decision.exchange and self.exchange_check is not None:
-            # A publish the broker refuses outright (a missing exchange, one the relay may not
-            # write) closes the channel: better asked first (the answer is cached).
-            problem = self.exchange_check(decision.exchange)
-            if problem is not None:
-                return Park(f"unroutable: target exchange {quote(decision.exchange)} cannot be published "
-                            f"to: {problem} (routing_key={quote(decision.routing_key)})")
-        return decision
+                          max_delay_ms=self.options.max_delay_ms, hold_window_ms=self.held.window_ms,
+                          can_hold=self.held.fits(size))
+        self.held.step(decision)
+        return self.publisher.admit(decision)  # type: ignore[union-attr]  # a message arrives only with one
 
     def _cancelled_while_held(self, job: Job) -> bool:
         """Drop a held delivery whose cancellation arrived while it was held (checked again at its due time)."""

@@ -7,7 +7,7 @@ import itertools
 from typing import Any, Callable, Optional
 
 from ..link import Schedule
-from ..plan import HOLD_BYTES, Step, step
+from ..plan import HOLD_BYTES
 
 __all__ = ["Alarm", "Holder", "GUESS_BYTES", "FLOOR_BYTES", "MIN_ROOM"]
 
@@ -81,11 +81,10 @@ class Holder:
     """Deliveries waiting for their due time (epoch ms), earliest first: at most ``capacity`` of them
     and ``budget`` bytes (bodies and properties).
 
-    * :meth:`step` is the relay's rung rule (:func:`kombu_ladder.plan.step`): it
-      allows for the broker's expiry lag, and holds what is below the window
-      while there is room. Without room a message takes a rung, never delivered
-      early: one with less than a second left goes through the 1 s rung (up to a
-      second late).
+    * The decision is pure (:func:`kombu_ladder.envelope.decide` with the relay's rule,
+      :func:`kombu_ladder.plan.relay_step`): it is given the window and :meth:`fits` as
+      values; without room a message takes a rung, never delivered early. The relay
+      then calls :meth:`step` with the verdict, which changes the holder's state.
     * The byte budget: a message is held while the held bytes stay within it, or
       when nothing is held (a message bigger than the whole budget is still held,
       alone). :attr:`full` tells the relay to take no new messages (back-pressure)
@@ -150,16 +149,12 @@ class Holder:
         free_bytes = max(0, self.budget - self.bytes) // max(largest, FLOOR_BYTES)
         return max(0, min(free_count, free_bytes, max(MIN_ROOM, 2 * len(self._heap))))
 
-    def step(self, remaining_ms: int, size: int = 0) -> Step:
-        """The relay's step for a message of ``size`` bytes with ``remaining_ms`` left: a rung, deliver now
-        (None: it is due), or hold. A message that cannot be held is never delivered early."""
-        can_hold = self.fits(size)
-        decision = step(remaining_ms, hold_window_ms=self.window_ms, can_hold=can_hold)
-        if not can_hold and 0 < remaining_ms < self.window_ms and len(self._heap) < self.capacity:
-            self._refused = True  # no room for its bytes: the relay stops taking messages (see full)
-        if decision is None and remaining_ms > 0 and self.window_ms and not can_hold:
-            return 1  # no room to hold the last second: the 1 s rung, late rather than early
-        return decision
+    def step(self, verdict: Any) -> None:
+        """Act on a verdict after it was made (:func:`~kombu_ladder.envelope.decide`, given :meth:`fits` as a
+        value): a message within the window that had no room for its bytes (while the count had room) makes
+        the relay take no new messages until half the budget is free (see :attr:`full`)."""
+        if getattr(verdict, "unheld", False) and len(self._heap) < self.capacity:
+            self._refused = True
 
     def hold(self, due_ms: int, item: Any, now: float, size: int = 0) -> None:
         """Hold ``item`` (``size`` bytes) until ``due_ms``; wake the relay then if it is now the earliest

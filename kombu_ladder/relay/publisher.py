@@ -189,6 +189,19 @@ class Publisher:
             if job.publish is publish:
                 self._dispatch(publish)
 
+    def admit(self, decision: Decision) -> Decision:
+        """Admission, after the decision and before the bytes: a delivery to an exchange the broker would
+        refuse outright (missing, or one the relay may not write: a publish to it closes the channel) is
+        parked instead, asked of :class:`ExchangeCheck` first (its answers are cached)."""
+        check = self.exchange_check
+        if not isinstance(decision, Deliver) or not decision.exchange or check is None:
+            return decision
+        problem = check(decision.exchange)
+        if problem is None:
+            return decision
+        return Park(f"unroutable: target exchange {quote(decision.exchange)} cannot be published "
+                    f"to: {problem} (routing_key={quote(decision.routing_key)})")
+
     def prepare(self, job: Job, decision: Decision, *, raw_only: bool = False) -> Publish:
         """The publish that carries out ``decision`` for ``job``'s message, its properties encoded once
         (:func:`~kombu_ladder.relay.outgoing.encode`; every one is ``mandatory``: a hop into a rung deleted

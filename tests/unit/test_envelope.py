@@ -140,3 +140,23 @@ def test_bytes_target_headers_are_decoded() -> None:
 )
 def test_scheduled_headers(kwargs: dict, expected: dict) -> None:
     assert scheduled_headers({"app": 1}, **kwargs) == expected
+
+
+def test_the_decision_is_given_values_and_calls_nothing_of_the_relay() -> None:
+    """Only the user's allow-list predicate may be a callable; the relay passes no lambda into the decision."""
+    import ast
+    import inspect
+    from pathlib import Path
+
+    import kombu_ladder.relay.core as core
+
+    callables = [name for name, p in inspect.signature(decide).parameters.items() if "Callable" in str(p.annotation)]
+    assert callables == ["allow_exchange"]
+    tree = ast.parse(Path(core.__file__).read_text())
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)
+             and getattr(node.func, "id", getattr(node.func, "attr", None)) == "decide"]
+    assert calls, "relay/core.py decides through envelope.decide"
+    for call in calls:
+        given = [*call.args, *(k.value for k in call.keywords)]
+        assert not [g for g in given if isinstance(g, ast.Lambda)], "a lambda passed into the decision"
+        assert [k.arg for k in call.keywords if k.arg == "allow_exchange"] == ["allow_exchange"]
