@@ -193,7 +193,7 @@ def _now_ms(connection: Any) -> int:
     return int(clock_of(connection)() * 1000)
 
 
-@ladder.command(cls=LadderCommand)
+@ladder.command(cls=LadderCommand, context_settings=options.NEGATIVE_ARGUMENTS)
 @click.argument("task_id", type=options.MessageId())
 @click.argument("when", metavar="WHEN", type=options.When())
 @checks.find_limit_option(cls=CeleryOption, help_group="Show Options")
@@ -201,7 +201,8 @@ def _now_ms(connection: Any) -> int:
 @click.pass_context
 @handle_preload_options
 def reschedule(ctx: click.Context, task_id: str, when: Any, limit: int, as_json: bool, **kwargs: Any) -> None:
-    """Make a waiting task due at WHEN: seconds from now (0: now), or an ISO 8601 time with its offset.
+    """Make a waiting task due at WHEN: seconds (0: now) or a duration from now (+10m, -30s, 2h30m), or an ISO
+    8601 time (UTC when it gives no offset).
 
     The task keeps its id, arguments, headers and queue, and gets WHEN as its eta;
     it runs once. Exit status 1 when no waiting task has TASK_ID (nothing moved).

@@ -272,14 +272,15 @@ def find(ident: str, limit: int, every: bool, as_json: bool) -> None:
         oversight.find_message(connection, ident, limit=limit, every=every, as_json=as_json)
 
 
-@cli.command()
+@cli.command(context_settings=options.NEGATIVE_ARGUMENTS)
 @click.argument("ident", metavar="ID", type=options.MessageId())
 @click.argument("when", metavar="WHEN", type=options.When())
 @checks.find_limit_option()
 @options.json_option()
 @_common_options(top=False)
 def reschedule(ident: str, when: Any, limit: int, as_json: bool) -> None:
-    """Make a waiting message due at WHEN: seconds from now (0: now), or an ISO 8601 time with its offset.
+    """Make a waiting message due at WHEN: seconds (0: now) or a duration from now (+10m, -30s, 2h30m), or an
+    ISO 8601 time (UTC when it gives no offset).
 
     ID is a message id or a Celery task id. The message is found as 'find' finds
     it, then, in one transaction, a copy due at WHEN goes into acemq.schedule.due

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import time
-from datetime import datetime
 from typing import Any, Callable, Optional, Sequence, Union
 
 import click
@@ -13,9 +12,10 @@ from ..cancellation.records import check_id
 from ..contract import PREFETCH
 from ..plan import HOLD_BYTES, HOLD_WINDOW, MAX_DELAY, MAX_HOLD_BYTES
 from ..rescheduling import due_from
+from ..times import read_time
 
 __all__ = [
-    "Number", "MessageId", "MANY", "MAX_SECONDS",
+    "Number", "MessageId", "When", "NEGATIVE_ARGUMENTS", "MANY", "MAX_SECONDS",
     "shared_option", "parked_option", "due_option", "json_option", "limit_option", "match_option",
     "prefetch_option", "hold_window_option", "hold_bytes_option", "max_delay_option", "report_every_option",
     "allow_exchange_option",
@@ -111,32 +111,24 @@ class MessageId(click.ParamType):
 
 
 class When(click.ParamType):
-    """A new due time: seconds from now (``90``, ``0.5``; 0 is now), or an ISO 8601 time with its offset
-    (``2026-12-24T18:00:00+01:00``, ``2026-12-24T17:00:00Z``); checked as the move will read it (finite, not
-    past ``max_delay``)."""
+    """A new due time, as :func:`kombu_ladder.times.read_time` reads it (seconds or a duration from now, an ISO
+    8601 time, UTC without an offset); checked as the move will read it (not past ``max_delay``)."""
 
     name = "when"
 
     def convert(self, value: Any, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> Any:
         if not isinstance(value, str):
             return value
-        text = value.strip()
-        moment: Any
         try:
-            moment = float(text)
-        except ValueError:
-            try:
-                moment = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text)
-            except ValueError:
-                self.fail(f"{value!r} is neither seconds from now nor an ISO 8601 time", param, ctx)
-            if moment.tzinfo is None:
-                self.fail(f"{value!r} has no UTC offset: add one (Z, +01:00) so that it names one moment",
-                          param, ctx)
-        try:
+            moment = read_time(value, argument="WHEN")
             due_from(moment, time.time(), argument=repr(value))
         except (TypeError, ValueError) as exc:
-            self.fail(str(exc), param, ctx)
+            self.fail(str(exc).split(": ", 1)[-1] if str(exc).startswith("WHEN: ") else str(exc), param, ctx)
         return moment
+
+
+#: Context settings of a command whose argument may be negative (``reschedule ID -30``, no ``--`` needed).
+NEGATIVE_ARGUMENTS = {"ignore_unknown_options": True}
 
 
 def _option(*names: str, **fixed: Any) -> Callable[..., Decorator]:

@@ -12,9 +12,10 @@ import click
 
 from ..cancellation.records import STREAM as CANCELLATIONS
 from ..cancellation.stream import cancel_many
-from ..index import BY, Filter, IndexStore, IndexUnavailable, Row, default_path, ids_of, parse_when, sync
+from ..index import BY, Filter, IndexStore, IndexUnavailable, Row, default_path, ids_of, sync
 from ..index.query import hour_label
 from ..index.records import STREAM as INDEX
+from ..times import TIME_HELP, parse_when
 from . import commands
 from .commands import BadUsage, CommandError, emit
 from .options import MANY, Number
@@ -44,7 +45,7 @@ I_NO_ID = "{} matching message(s) have neither a message id nor a task id: they 
 
 
 class When(click.ParamType):
-    """A time option, as epoch ms: ISO 8601 (UTC unless it says otherwise) or from now (``+2h``, ``30m``, ``-1d``)."""
+    """A time option, as epoch ms (:func:`kombu_ladder.times.parse_when`)."""
 
     name = "time"
 
@@ -66,10 +67,9 @@ index_option = _option("--index", "index_path", default=None, metavar="PATH",
 no_sync_option = _option("--no-sync", is_flag=True,
                          help="Answer from the index file as it is, without reading the streams (no broker needed).")
 due_before_option = _option("--due-before", type=When(), default=None, metavar="TIME",
-                            help="Only messages due before TIME: ISO 8601 (UTC unless it says otherwise), or from "
-                                 "now: +2h, 30m, -1d, or seconds.")
+                            help=f"Only messages due before TIME: {TIME_HELP}.")
 due_after_option = _option("--due-after", type=When(), default=None, metavar="TIME",
-                           help="Only messages due at or after TIME.")
+                           help=f"Only messages due at or after TIME: {TIME_HELP}.")
 target_option = _option("--target", default=None, metavar="EXCHANGE",
                         help="Only messages for this target exchange ('' is the default exchange).")
 routing_key_option = _option("--routing-key", default=None, metavar="KEY",

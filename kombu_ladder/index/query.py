@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Optional
+
+from ..times import parse_when
 
 __all__ = ["BY", "Filter", "parse_when", "where", "group_sql", "hour_label", "WAITING"]
 
@@ -17,9 +18,6 @@ BY = ("due-hour", "target", "task")
 #: entry was (the relays' rule: a cancellation applies to what was waiting when it was written). The store
 #: marks ``cancelled`` as it reads the records.
 WAITING = "e.due > :now AND e.cancelled = 0"
-
-_RELATIVE = re.compile(r"^\s*([+-]?)\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
-_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 @dataclass(frozen=True)
@@ -36,27 +34,6 @@ class Filter:
     task: Optional[str] = None
     #: Include what is no longer waiting (due already, or cancelled).
     everything: bool = False
-
-
-def parse_when(text: str, *, option: str, now_ms: int) -> int:
-    """Epoch ms from an ISO 8601 time (a naive one is UTC) or a time relative to now (``+2h``, ``30m``, ``-1d``;
-    a bare number is seconds, as ``reschedule``'s WHEN).
-
-    Raises:
-        ValueError: neither; the message names ``option``.
-    """
-    found = _RELATIVE.match(text)
-    if found:
-        sign = -1 if found.group(1) == "-" else 1
-        return now_ms + sign * int(float(found.group(2)) * _UNITS[found.group(3)] * 1000)
-    try:
-        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise ValueError(f"{option}: {text!r} is neither an ISO 8601 time (2026-12-02T03:00, UTC unless it "
-                         f"says otherwise) nor a time from now (+2h, 30m, -1d, or seconds)") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return int(moment.timestamp() * 1000)
 
 
 def where(found: Filter, now_ms: int) -> tuple[str, dict[str, Any]]:

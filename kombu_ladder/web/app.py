@@ -259,8 +259,8 @@ def _field(form: Mapping[str, str], name: str) -> str:
 
 
 def _when(text: str, now_ms: int) -> int:
-    """A reschedule form's new time, as ``waiting list`` reads times (``+10m``, seconds, ISO 8601 in UTC)."""
-    from ..index.query import parse_when
+    """A reschedule form's new time, read as the command lines read WHEN (:mod:`kombu_ladder.times`)."""
+    from ..times import parse_when
 
     if not text.strip():
         raise ValueError(E_FORM.format(field="when"))

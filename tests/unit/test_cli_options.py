@@ -215,11 +215,12 @@ def test_version_prints_the_distributions_version(capsys: pytest.CaptureFixture[
 
 
 @pytest.mark.parametrize("value,shown", [
-    ("nan", "must be a finite number of seconds"),
-    ("1e12", "is longer than the maximum delay"),
-    ("soon", "is neither seconds from now nor an ISO 8601 time"),
-    ("2030-01-01T00:00:00", "has no UTC offset"),
+    ("nan", "is not a time: seconds from now"),
+    ("999999999999", "is longer than the maximum delay"),
+    ("soon", "is not a time: seconds from now"),
+    ("2h30", "UTC when it gives no offset"),
     ("2100-01-01T00:00:00Z", "is longer than the maximum delay"),
+    ("2100-01-01T00:00:00", "is longer than the maximum delay"),
 ])
 @pytest.mark.parametrize("argv", [["reschedule", "some-id"]])
 def test_a_bad_reschedule_time_is_one_usage_line_naming_when(argv: list[str], value: str, shown: str,
@@ -229,3 +230,13 @@ def test_a_bad_reschedule_time_is_one_usage_line_naming_when(argv: list[str], va
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and err.startswith("Error: Invalid value for 'WHEN': "), err
     assert shown in err, err
+
+
+@pytest.mark.parametrize("when", ["-30", "-30s", "+10m", "2h30m", "2026-12-24T17:00"])
+def test_reschedule_reads_a_negative_or_unit_time_without_a_double_dash(when: str,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """WHEN is read (the move would connect next: exit 69, the broker is unreachable), never a usage error."""
+    assert main(["--broker", UNREACHABLE, "reschedule", "some-id", when]) == 69
+    assert "Could not connect" in capsys.readouterr().err
+    assert main(["--broker", UNREACHABLE, "reschedule", "some-id", when, "--lmit", "3"]) == 2, \
+        "a mistyped option is still a usage error"
