@@ -9,6 +9,13 @@ from numbers import Real
 from typing import Mapping, Optional, Union
 
 from .contract import CONTROL, RUNGS, rung_name
+from .tuning import HOLD_BYTES, HOLD_CAPACITY, HOLD_WINDOW, MAX_DELAY, MAX_HOLD_BYTES, TUNABLES
+
+#: The checks of the options the arithmetic uses (declared in :mod:`kombu_ladder.tuning`).
+check_max_delay = TUNABLES["max_delay"].check
+check_hold_window = TUNABLES["hold_window"].check
+check_hold_capacity = TUNABLES["hold_capacity"].check
+check_hold_bytes = TUNABLES["hold_bytes"].check
 
 __all__ = [
     "DELIVER",
@@ -47,12 +54,6 @@ __all__ = [
 
 #: What :func:`choose_rung` and :func:`place` return when no rung fits: deliver now.
 DELIVER: None = None
-
-#: The default longest delay accepted, in seconds: ten years, leap days included
-#: (87,672 one-hour hops). It is no limit of the ladder, which hops any delay an hour at
-#: a time as the AceMQ relays do; it catches unit mistakes (a due time in microseconds,
-#: milliseconds passed as seconds). Change it with ``max_delay=`` (Celery: ``ladder_max_delay``).
-MAX_DELAY = 3653 * 24 * 3600
 
 #: A delay as the public API accepts it: seconds as a real number, or a timedelta.
 Delay = Union[Real, int, float, timedelta]
@@ -148,19 +149,6 @@ def _as_seconds(value: object, argument: str) -> float:
     return seconds
 
 
-def check_max_delay(value: object, *, argument: str = "max_delay") -> float:
-    """Validate a maximum delay (seconds, or a timedelta) and return it in seconds.
-
-    Raises:
-        TypeError: ``value`` is not a real number or a timedelta, naming ``argument``.
-        ValueError: ``value`` is not a finite number of seconds above zero.
-    """
-    seconds = _as_seconds(value, argument)
-    if seconds <= 0:
-        raise ValueError(f"{argument} must be a number of seconds above zero, not {value!r}")
-    return seconds
-
-
 def delay_seconds(delay: object, *, argument: str = "delay", max_delay: float = MAX_DELAY) -> float:
     """Validate a delay and return it in seconds.
 
@@ -246,24 +234,6 @@ TOLERANCE_MIN_MS = 20
 #: expire a few ms late, still fit one hour each instead of stepping down at the last hour.
 TOLERANCE_PPM = 25
 
-#: Seconds: what remains below this is held by the relay and delivered at its due time. 10 s is
-#: the 10 s rung: no message ever takes a 1 s hop, and a held message waits at most 10 s (far
-#: below RabbitMQ's 30 min ``consumer_timeout``). Change it with ``hold_window=`` (Celery:
-#: ``ladder_hold_window``); 0 turns holding off (deliveries are then up to 1 s early, as AceMQ's).
-HOLD_WINDOW = 10.0
-
-#: Messages one relay holds at most; beyond that it falls back to the 1 s rung (and its prefetch
-#: is this much larger than the contract's 50, so that held messages never stall the hops).
-HOLD_CAPACITY = 2000
-
-#: Bytes (bodies and properties) one relay holds at most: 64 MiB. Over it the relay takes no new
-#: messages until held ones are delivered; a message bigger than the whole budget is still held alone.
-HOLD_BYTES = 64 * 1024 * 1024
-
-#: The largest byte budget accepted (64 GiB): a bigger one is a unit mistake.
-MAX_HOLD_BYTES = 64 << 30
-
-
 class _Hold:
     """The outcome of :func:`step` meaning: keep the message unacked and deliver it at its due time."""
 
@@ -319,40 +289,6 @@ def relay_step(remaining_ms: int, *, hold_window_ms: int, can_hold: bool) -> Ste
     if decision is None and remaining_ms > 0 and hold_window_ms and not can_hold:
         return 1
     return decision
-
-
-def check_hold_window(value: object, *, argument: str = "hold_window") -> float:
-    """Validate a hold window in seconds (0 turns holding off) and return it.
-
-    Raises:
-        TypeError: not a real number, naming ``argument``.
-        ValueError: negative, not finite, or longer than 600 s (held messages are unacked
-            and RabbitMQ's ``consumer_timeout`` is 30 min by default).
-    """
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{argument} must be a number of seconds, not {type(value).__name__}: {value!r}")
-    seconds = float(value)
-    if not 0 <= seconds <= 600:
-        raise ValueError(f"{argument} must be between 0 and 600 seconds (0 turns holding off), not {value!r}")
-    return seconds
-
-
-def check_hold_capacity(value: object, *, argument: str = "hold_capacity") -> int:
-    """Validate how many messages a relay may hold (a non-negative integer) and return it."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{argument} must be a non-negative integer, not {value!r}")
-    return value
-
-
-def check_hold_bytes(value: object, *, argument: str = "hold_bytes") -> int:
-    """Validate a relay's byte budget for held messages (a whole number of bytes, 1 to 64 GiB) and return it.
-
-    Raises:
-        ValueError: not a whole number, or out of range, naming ``argument``.
-    """
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_HOLD_BYTES:
-        raise ValueError(f"{argument} must be a whole number of bytes from 1 to {MAX_HOLD_BYTES}, not {value!r}")
-    return value
 
 
 def forecast(delay_ms: int, *, lag_ms: int = 0, hold_window_ms: int = 0) -> tuple[tuple[int, ...], int]:

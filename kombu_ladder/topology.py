@@ -11,6 +11,7 @@ from kombu import Exchange, Queue
 from .contract import CONTROL, EXCHANGE, EXCHANGE_TYPE, PARKING, RUNGS, arguments_for, rung_name
 from .errors import LadderNotDeclared, TopologyConflict
 from .link import close_quietly
+from .tuning import QUEUE_TYPES
 
 __all__ = ["QUEUE_TYPES", "check_queue_type", "declare", "declare_or_find", "declared_queue_type", "resolve_queue_type",
            "ladder_exchange", "ladder_queues", "parking_queue", "queue_arguments"]
@@ -19,9 +20,6 @@ logger = logging.getLogger(__name__)
 
 E_NOT_DECLARED = ("the ladder is not declared ({missing} missing) and this user may not declare it ({reason}): "
                   "run 'kombu-ladder declare' (or 'celery ladder declare') as the ladder's operator first")
-
-#: The profiles ``declare`` knows: ``classic`` is the AceMQ contract; ``quorum`` is replicated and off-contract.
-QUEUE_TYPES = ("classic", "quorum")
 
 #: What the quorum profile adds to every rung: dead-lettering that cannot drop a message.
 QUORUM_RUNG_ARGUMENTS: dict[str, object] = {

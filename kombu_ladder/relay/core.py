@@ -12,7 +12,7 @@ from typing import Any, Callable, NamedTuple, Optional
 
 from .. import readable, wire
 from ..contract import CONTROL, PARKING
-from ..envelope import Decision, Deliver, Hold, Hop, Park, decide
+from ..envelope import Decision, Hold, Hop, Park, decide
 from ..link import CONNECTION_ERRORS, Link, Schedule, link_for
 from ..plan import fit_rung
 from ..targets import ExchangeCheck
