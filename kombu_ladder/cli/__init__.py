@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Optional, Sequence
@@ -14,9 +15,11 @@ from ..brokers import DEFAULT_BROKER
 from ..compat import is_no_args_help
 from ..index import default_path
 from ..link import clock_of
+from ..relay import RelayOptions
 from . import checks, commands, console, options, oversight, waiting
 
-__all__ = ["cli", "main", "BROKER_ENV"]
+__all__ = ["cli", "main", "BROKER_ENV", "Source", "SOURCE", "Command", "Group", "SHARED", "broker",
+           "given_options"]
 
 #: The environment variable that names the broker when ``--broker`` is not given.
 BROKER_ENV = "KOMBU_LADDER_BROKER"
@@ -25,11 +28,81 @@ BROKER_ENV = "KOMBU_LADDER_BROKER"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
+#: The key of ``ctx.meta`` (shared by a command line's contexts) where ``--broker`` and ``--log-level`` are kept.
+GIVEN = "kombu_ladder.given"
+#: The key of ``ctx.meta`` where a command line that runs these commands (``celery ladder``) puts its :class:`Source`.
+SOURCE = "kombu_ladder.source"
+
+
 def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     """Keep an option given before or after the subcommand; the one nearer the subcommand wins."""
     if value is not None:
-        ctx.find_root().ensure_object(dict)[param.name] = value
+        ctx.meta.setdefault(GIVEN, {})[param.name] = value
     return value
+
+
+class Source:
+    """Where the commands find their broker, settings and words: ``--broker`` for ``kombu-ladder`` (this class);
+    ``celery ladder`` puts one for the app in ``ctx.meta[SOURCE]`` (:class:`celery_ladder.cli.AppSource`)."""
+
+    #: What a cancel records an id as.
+    id_key = "message_id"
+
+    @property
+    def url(self) -> str:
+        """The broker URL."""
+        return str(_given().get("broker", DEFAULT_BROKER))
+
+    def connection(self) -> Connection:
+        """An unconnected connection to :attr:`url` (checked first)."""
+        return commands.open_connection(self.url)
+
+    def relay_options(self, **given: Any) -> RelayOptions:
+        """The relay's options: ``given`` (command line, environment) over the defaults."""
+        return commands.relay_options(**given)
+
+    def queue_type(self, given: Optional[str]) -> Optional[str]:
+        """The queue profile a command uses: ``given``, else None (the one declared, else classic)."""
+        return given
+
+    def workers(self, timeout: Optional[float]) -> Optional[dict[str, Any]]:
+        """The workers' relay counters for ``status`` (None: no workers to ask)."""
+        return None
+
+    def worker_lines(self, workers: dict[str, Any]) -> list[str]:
+        """:meth:`workers` as lines."""
+        return []
+
+    def counters(self, relay_metrics: Sequence[str], timeout: Optional[float]) -> Optional[Callable[[], Any]]:
+        """What the console reads relay counters from: standalone relays' ``--relay-metrics``."""
+        return console.relay_scraper(relay_metrics)
+
+
+def _given() -> dict[str, Any]:
+    return click.get_current_context().meta.setdefault(GIVEN, {})
+
+
+def _source() -> Source:
+    return click.get_current_context().meta.get(SOURCE) or Source()
+
+
+class Command(click.Command):
+    """A command of both command lines: a bad option or argument is one ``Error:`` line, exit status 2."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            if is_no_args_help(exc):
+                raise
+            raise commands.usage_line(exc, ctx.command_path) from None
+
+
+class Group(click.Group):
+    """A group whose commands are :class:`Command` s, and its subgroups such groups."""
+
+    command_class = Command
+    group_class = type
 
 
 def _common_options(*, top: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -51,7 +124,7 @@ def _common_options(*, top: bool) -> Callable[[Callable[..., Any]], Callable[...
     return decorate
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="kombu-ladder", message="%(prog)s %(version)s",
                       help="Print the version and exit.")
 @_common_options(top=True)
@@ -66,17 +139,12 @@ def cli() -> None:
     """
 
 
-def _root_options() -> dict[str, str]:
-    return click.get_current_context().find_root().ensure_object(dict)
-
-
 @contextmanager
 def _broker(*, log_level: str = commands.QUIET_LOG_LEVEL) -> Iterator[Connection]:
-    """The connected broker of ``--broker``, with logging set up from ``--log-level`` (else ``log_level``)."""
-    root = _root_options()
-    commands.configure_logging(root.get("log_level") or log_level)
-    with commands.open_connection(root.get("broker", DEFAULT_BROKER)) as connection, \
-            commands.connected(connection):
+    """The connected broker (``--broker``, or the Celery app's), with logging set up from ``--log-level``
+    (else ``log_level``)."""
+    commands.configure_logging(_given().get("log_level") or log_level)
+    with _source().connection() as connection, commands.connected(connection):
         yield connection
 
 
@@ -89,7 +157,7 @@ def declare(queue_type: Optional[str]) -> None:
     Prints the contract's queue names, longest rung first. Idempotent.
     """
     with _broker() as connection:
-        commands.declare(connection, queue_type=queue_type)
+        commands.declare(connection, queue_type=_source().queue_type(queue_type))
 
 
 @cli.command()
@@ -97,10 +165,20 @@ def declare(queue_type: Optional[str]) -> None:
 @options.due_option()
 @options.json_option()
 @_common_options(top=False)
-def status(parked: int, due: bool, as_json: bool) -> None:
-    """Show each rung's depth and consumers, the control and parking queues, and why messages are parked."""
+def status(parked: int, due: bool, as_json: bool, timeout: Optional[float] = None) -> None:
+    """Show each rung's depth and consumers, the control and parking queues, and why messages are parked
+    (and, in 'celery ladder', every worker's relay counters)."""
+    source = _source()
     with _broker() as connection:
-        commands.status(connection, parked=parked, as_json=as_json, due=due)
+        report = commands.status_report(connection, parked=parked, due=due)
+    workers = source.workers(timeout)
+    if workers is not None:
+        report["workers"] = workers
+    if as_json:
+        commands.emit(json.dumps(report, indent=2, sort_keys=True))
+        return
+    for line in commands.status_lines(report) + (["", *source.worker_lines(workers)] if workers is not None else []):
+        commands.emit(line)
 
 
 @cli.command()
@@ -122,7 +200,7 @@ def check(min_relays: int, max_backlog: int, max_parked: Optional[int], as_json:
     """
     with _broker() as connection:
         oversight.check(connection, min_relays=min_relays, max_backlog=max_backlog, max_parked=max_parked,
-                        as_json=as_json, queue_type=queue_type)
+                        as_json=as_json, queue_type=_source().queue_type(queue_type))
 
 
 @cli.command()
@@ -153,10 +231,11 @@ def cancel(ids: tuple[str, ...], task: Optional[str], target: Optional[str], rou
     """
     found = waiting.filter_of(due_before=due_before, due_after=due_after, target=target, routing_key=routing_key,
                               task=task)
-    waiting.check_cancel(ids, found, command="kombu-ladder cancel")
+    source = _source()
+    waiting.check_cancel(ids, found, command=click.get_current_context().command_path)
     with _broker() as connection:
-        waiting.cancel(connection, ids, found, url=_root_options().get("broker", DEFAULT_BROKER),
-                       index_path=index_path, now=lambda: _now_ms(connection), dry_run=dry_run)
+        waiting.cancel(connection, ids, found, url=source.url, index_path=index_path, now=lambda: _now_ms(connection),
+                       dry_run=dry_run, key=source.id_key)
 
 
 def _now_ms(connection: Optional[Connection]) -> int:
@@ -167,9 +246,9 @@ def _now_ms(connection: Optional[Connection]) -> int:
 @contextmanager
 def _index(index_path: Optional[str], no_sync: bool) -> Iterator[tuple[Any, int]]:
     """The index (read up to date from --broker unless ``no_sync``) and now, in epoch ms."""
-    url = _root_options().get("broker", DEFAULT_BROKER)
+    url = _source().url
     if no_sync:
-        commands.configure_logging(_root_options().get("log_level") or commands.QUIET_LOG_LEVEL)
+        commands.configure_logging(_given().get("log_level") or commands.QUIET_LOG_LEVEL)
         store = waiting.open_index(url, index_path)
         try:
             yield store, _now_ms(None)
@@ -313,7 +392,7 @@ def replay(limit: Optional[int], match: Optional[str], queue_type: Optional[str]
     Each is confirmed on the control queue before it leaves the parking queue.
     """
     with _broker() as connection:
-        commands.replay(connection, limit=limit, match=match, queue_type=queue_type)
+        commands.replay(connection, limit=limit, match=match, queue_type=_source().queue_type(queue_type))
 
 
 @cli.command()
@@ -326,37 +405,34 @@ def replay(limit: Optional[int], match: Optional[str], queue_type: Optional[str]
 def move(to: str, limit: Optional[int], keep_parked: bool, queue_type: Optional[str]) -> None:
     """Move the waiting ladder from --broker to the broker at --to (blue-green), keeping every due time."""
     with _broker() as connection:
-        commands.move(connection, to, limit=limit, keep_parked=keep_parked, queue_type=queue_type)
+        commands.move(connection, to, limit=limit, keep_parked=keep_parked, queue_type=_source().queue_type(queue_type))
 
 
 @cli.command()
-@options.prefetch_option()
-@options.hold_window_option()
-@options.hold_bytes_option()
-@options.max_delay_option()
+@options.tunable_options
 @options.report_every_option()
-@options.allow_exchange_option()
 @options.metrics_port_option()
 @options.metrics_address_option()
 @options.metrics_interval_option()
-@options.queue_type_option()
 @_common_options(top=False)
-def relay(prefetch: int, hold_window: float, hold_bytes: int, max_delay: float, report_every: float,
-          allowed_exchanges: Sequence[str], metrics_port: Optional[int], metrics_address: str, metrics_interval: float,
-          queue_type: Optional[str]) -> None:
-    """Run a relay on --broker until SIGTERM or SIGINT.
+def relay(report_every: float, metrics_port: Optional[int], metrics_address: str, metrics_interval: float,
+          **tuning: Any) -> None:
+    """Run a relay until SIGTERM or SIGINT.
 
     It consumes acemq.schedule.due, hops each expired message into the next
     rung or delivers it to its target, and parks what it cannot deliver.
     Run one or more beside your consumers when no Celery worker relays.
-    With --metrics-port it serves Prometheus metrics at /metrics.
+    With --metrics-port it serves Prometheus metrics at /metrics. An option
+    not given comes from its environment variable, then (celery ladder) the
+    app's setting, then its default.
     """
     if metrics_port is not None:
         commands.metrics_server()  # prometheus-client missing: say so before connecting
-    tuning = commands.relay_options(prefetch=prefetch, allowed_exchanges=options.allowed_or_none(allowed_exchanges),
-                                    hold_window=hold_window, hold_bytes=hold_bytes, max_delay=max_delay)
+    source, values = _source(), options.given(tuning)
+    queue_type = source.queue_type(values.pop("queue_type", None))
+    tuned = source.relay_options(**values)
     with _broker(log_level="INFO") as connection:
-        commands.relay(connection, options=tuning, report_every=report_every, metrics_port=metrics_port,
+        commands.relay(connection, options=tuned, report_every=report_every, metrics_port=metrics_port,
                        metrics_address=metrics_address, metrics_interval=metrics_interval, queue_type=queue_type)
 
 
@@ -367,7 +443,7 @@ def relay(prefetch: int, hold_window: float, hold_bytes: int, max_delay: float, 
 @_common_options(top=False)
 def web(host: str, port: int, read_only: bool, user: str, password_file: Optional[str], token_file: Optional[str],
         refresh: float, page_size: int, look_limit: int, relay_metrics: Sequence[str],
-        index_path: Optional[str]) -> None:
+        index_path: Optional[str], timeout: Optional[float] = None) -> None:
     """Serve the web console: what waits and when, what was parked, and the actions (needs the [web] extra).
 
     \b
@@ -382,11 +458,19 @@ def web(host: str, port: int, read_only: bool, user: str, password_file: Optiona
     settings = console.console_options(host=host, port=port, read_only=read_only, user=user,
                                        password_file=password_file, token_file=token_file, refresh=refresh,
                                        page_size=page_size, look_limit=look_limit)
-    counters = console.relay_scraper(relay_metrics)
-    url = _root_options().get("broker", DEFAULT_BROKER)
+    source = _source()
+    counters = source.counters(relay_metrics, timeout)
     with _broker(log_level="INFO") as connection:
-        console.serve(connection, settings, index_path=index_path or default_path(url), counters=counters,
-                      log_level=_root_options().get("log_level") or "INFO")
+        console.serve(connection, settings, index_path=index_path or default_path(source.url), counters=counters,
+                      log_level=_given().get("log_level") or "INFO")
+
+
+#: For a command line that adds its own commands beside these (``celery ladder adopt``).
+broker, given_options = _broker, _given
+
+#: The commands ``celery ladder`` runs as they are (the same objects); it adds its own beside them.
+SHARED = ("declare", "status", "check", "cancel", "waiting", "find", "reschedule", "run-now", "replay", "move",
+          "relay", "web")
 
 
 def main(argv: Optional[Sequence[str]] = None, *, prog_name: str = "kombu-ladder") -> int:

@@ -9,16 +9,14 @@ from typing import Any, Callable, Optional, Sequence, Union
 import click
 
 from ..cancellation.records import check_id
-from ..contract import PREFETCH
-from ..plan import HOLD_BYTES, HOLD_WINDOW, MAX_DELAY, MAX_HOLD_BYTES
 from ..rescheduling import due_from
-from ..times import read_time
+from ..times import read_duration, read_time
+from ..tuning import TUNABLES
 
 __all__ = [
     "Number", "MessageId", "When", "NEGATIVE_ARGUMENTS", "MANY", "MAX_SECONDS",
     "shared_option", "parked_option", "due_option", "json_option", "limit_option", "match_option",
-    "prefetch_option", "hold_window_option", "hold_bytes_option", "max_delay_option", "report_every_option",
-    "allow_exchange_option",
+    "tunable_option", "tunable_options", "given", "report_every_option",
     "queue_type_option", "metrics_port_option", "metrics_address_option", "metrics_interval_option",
     "allowed_or_none",
 ]
@@ -55,11 +53,13 @@ class Number(click.FloatRange):
     """
 
     def __init__(self, *, min: float, max: float, min_open: bool = False, max_open: bool = False,
-                 integer: bool = False) -> None:
+                 integer: bool = False, duration: bool = False) -> None:
         if not (math.isfinite(min) and math.isfinite(max) and min <= max):
             raise ValueError(f"a Number needs finite bounds, min <= max, not {min!r} and {max!r}")
         super().__init__(min=min, max=max, min_open=min_open, max_open=max_open)
         self.integer = integer
+        #: Seconds: a duration (10m, 2h30m; :func:`kombu_ladder.times.read_duration`) is read too.
+        self.duration = duration
         self.name = "integer" if integer else "float"
 
     def convert(self, value: Any, param: Optional[click.Parameter],
@@ -79,7 +79,13 @@ class Number(click.FloatRange):
         try:
             as_float = float(value)  # "1e400" reads as inf
         except (ValueError, OverflowError):
-            self.fail(E_NOT_A_NUMBER.format(value=value, kind=kind), param, ctx)
+            if not self.duration:
+                self.fail(E_NOT_A_NUMBER.format(value=value, kind=kind), param, ctx)
+            try:
+                as_float = read_duration(str(value))
+            except ValueError:
+                self.fail(E_NOT_A_NUMBER.format(value=value, kind="number of seconds or a duration (10m)"),
+                          param, ctx)
         if not math.isfinite(as_float):
             self.fail(E_NOT_FINITE.format(value=value), param, ctx)
         if not self.integer:
@@ -141,9 +147,6 @@ def _option(*names: str, **fixed: Any) -> Callable[..., Decorator]:
 #: Make an option both command lines share: ``shared_option("--x", ...)(cls=CeleryOption, ...)``.
 shared_option = _option
 
-#: The greatest ``--max-delay``: a hundred years (the default is ten).
-MAX_MAX_DELAY = 100 * 365.25 * 86400
-
 #: ``status --parked N``.
 parked_option = _option(
     "--parked", type=Number(min=0, max=MANY, integer=True), default=100, show_default=True, metavar="N",
@@ -159,36 +162,45 @@ limit_option = _option("--limit", type=Number(min=1, max=MANY, integer=True), de
 #: ``replay --match TEXT``.
 match_option = _option("--match", default=None, metavar="TEXT",
                        help="Only messages whose x-ladder-parked-reason contains TEXT.")
-#: ``relay --prefetch N``.
-prefetch_option = _option(
-    "--prefetch", type=Number(min=1, max=65535, integer=True), default=PREFETCH, show_default=True, metavar="N",
-    help="Expired messages the relay takes at once for hops and deliveries (the contract's 50); held messages get "
-         "room of their own.")
-#: ``relay --hold-window SECONDS``.
-hold_window_option = _option(
-    "--hold-window", type=Number(min=0, max=600), default=HOLD_WINDOW, show_default=True,
-    metavar="SECONDS", help="Hold a message whose remaining delay is below this, unacked, and deliver it at its "
-                            "due time (0: off, deliveries up to 1 s early).")
-#: ``relay --hold-bytes BYTES``.
-hold_bytes_option = _option(
-    "--hold-bytes", type=Number(min=1, max=MAX_HOLD_BYTES, integer=True), default=HOLD_BYTES, show_default=True,
-    metavar="BYTES", help="Hold at most this many bytes of messages (bodies and properties); over it the relay "
-                          "takes no new messages until held ones are delivered.")
-#: ``relay --max-delay SECONDS``.
-max_delay_option = _option(
-    "--max-delay", type=Number(min=0, min_open=True, max=MAX_MAX_DELAY), default=float(MAX_DELAY), metavar="SECONDS",
-    help="Park, as malformed, a message due further ahead than this (default: ten years; a sanity bound that "
-         "catches due times in the wrong unit). Match the producers' max_delay.")
 #: ``relay --report-every SECONDS``.
 report_every_option = _option("--report-every", type=Number(min=0, min_open=True, max=MAX_SECONDS), default=30.0,
                               show_default=True, metavar="SECONDS", help="Log the relay's counters this often.")
-#: ``relay --allow-exchange NAME`` (repeatable).
-allow_exchange_option = _option(
-    "--allow-exchange", "allowed_exchanges", multiple=True, metavar="NAME",
-    help="Deliver only to this target exchange; others are parked (repeatable; '' is the default exchange).")
+
+def tunable_option(name: str, **extra: Any) -> Decorator:
+    """The command-line option of relay option ``name`` (:data:`kombu_ladder.tuning.TUNABLES`): its flag, help and
+    bounds, and its environment variable (``KOMBU_LADDER_`` + the name in capitals). It defaults to None: what is
+    not given comes from the environment, then the Celery settings (``celery ladder``), then the default."""
+    tunable = TUNABLES[name]
+    kind: Any
+    if tunable.kind == "choice":
+        kind = click.Choice(tunable.choices)
+    elif tunable.kind == "names":
+        kind = click.STRING
+        extra.setdefault("multiple", True)
+    else:
+        kind = Number(min=tunable.least, max=tunable.most, min_open=tunable.least_open,
+                      integer=tunable.kind == "count", duration=tunable.kind == "seconds")
+    default = tunable.default
+    shown = "every exchange" if default is None else f"{default:.15g}" if isinstance(default, float) else default
+    env = f"KOMBU_LADDER_{name.upper()}"
+    return click.option(tunable.option, name, type=kind, default=None, metavar=tunable.metavar, envvar=env,
+                        help=f"{tunable.help} [default: {shown}; environment: {env}; setting: {tunable.setting}]",
+                        **extra)
 
 
-#: ``relay/declare/check/replay/move --queue-type classic|quorum``.
+def tunable_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """Every relay option (:func:`tunable_option`), in the table's order."""
+    for name in reversed(TUNABLES):
+        f = tunable_option(name)(f)
+    return f
+
+
+def given(values: dict[str, Any]) -> dict[str, Any]:
+    """The relay options given on the command line or in the environment (``--allow-exchange``: a list)."""
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in values.items() if v is not None and v != ()}
+
+
+#: ``declare/check/replay/move --queue-type classic|quorum``.
 queue_type_option = _option(
     "--queue-type", type=click.Choice(["classic", "quorum"]), default=None, metavar="classic|quorum",
     help="The queue profile: the contract's classic queues, or replicated quorum queues (off-contract: every "

@@ -240,3 +240,46 @@ def test_reschedule_reads_a_negative_or_unit_time_without_a_double_dash(when: st
     assert "Could not connect" in capsys.readouterr().err
     assert main(["--broker", UNREACHABLE, "reschedule", "some-id", when, "--lmit", "3"]) == 2, \
         "a mistyped option is still a usage error"
+
+
+def _help_options(argv: list[str], capsys: pytest.CaptureFixture[str]) -> list[str]:
+    """The option flags a command's --help lists, in order."""
+    if argv[0] == "kombu-ladder":
+        assert main([*argv[1:], "--help"]) == 0
+        text = capsys.readouterr().out
+    else:
+        from celery.bin.celery import celery
+
+        with mock.patch.dict(os.environ):
+            result = CliRunner().invoke(celery, ["ladder", *argv[1:], "--help"])
+        assert result.exit_code == 0, result.output
+        text = result.output
+    return re.findall(r"^  (?:-\w, )?(--[a-z][a-z-]*)", text, re.M)
+
+
+#: Options only ``celery ladder`` has (the workers' replies), beside the shared ones.
+CELERY_ONLY = {"status": ["--timeout"], "web": ["--timeout"]}
+
+
+@pytest.mark.parametrize("path", [path for path, command in _commands(cli) if path and path != ("waiting",)],
+                         ids=" ".join)
+def test_both_command_lines_list_the_same_options_for_every_shared_command(
+        path: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> None:
+    ours = _help_options(["kombu-ladder", *path], capsys)
+    theirs = _help_options(["celery", *path], capsys)
+    assert ours, path
+    assert theirs == ours[:-1] + CELERY_ONLY.get(path[0], []) + ours[-1:], (path, ours, theirs)  # --help last
+
+
+def test_celery_ladder_runs_the_same_command_objects_and_keeps_show_as_an_alias_of_find() -> None:
+    for path, command in _commands(cli):
+        if len(path) == 1 and path[0] not in CELERY_ONLY:
+            assert ladder.commands[path[0]] is command, path
+    assert ladder.commands["show"].callback is cli.commands["find"].callback
+    assert {"adopt", "move", "replay"} <= set(ladder.commands)
+
+
+@pytest.mark.parametrize("flag", ["--hold-capacity", "--max-refusals", "--hold-window", "--allow-exchange"])
+def test_every_relay_option_is_on_both_command_lines(flag: str) -> None:
+    for root in (cli, ladder):
+        assert flag in [o for p in root.commands["relay"].params for o in p.opts]
