@@ -17,7 +17,7 @@ from .contract import (
     TARGET_ROUTING_KEY,
     rung_name,
 )
-from .plan import DELIVER, MAX_DELAY, choose_rung, parse_due_at, relay_step
+from .plan import DELIVER, MAX_DELAY, Step, choose_rung, parse_due_at, relay_step
 from .targets import is_internal, name_problem, own_name_problem
 from .text import escape, quote
 from .wire import PROPERTIES, Unencodable, py_property, py_table, py_value
@@ -334,6 +334,7 @@ def decide(
         return Park(f"refused: target exchange {quote(exchange)} is not in the relay's allow-list")
 
     remaining = due - now_ms
+    step: Step
     if hold_window_ms is None:
         step = choose_rung(remaining)
     else:

@@ -67,6 +67,8 @@ class Tunable:
     choices: tuple[str, ...] = ()
     #: The command-line flag when it is not the name's (``--allow-exchange``, repeatable).
     flag: str = ""
+    #: The accepted values in words, when the bounds do not say enough.
+    accepted: str = ""
 
     @property
     def setting(self) -> str:
@@ -80,8 +82,8 @@ class Tunable:
 
     def bounds(self) -> str:
         """The accepted values in words (``from 0 to 600``)."""
-        if self.kind == "choice":
-            return " or ".join(f'"{c}"' for c in self.choices)
+        if self.accepted or self.kind == "choice":
+            return self.accepted or " or ".join(f'"{c}"' for c in self.choices)
         if self.kind == "names":
             return "None (every exchange) or a list of exchange names (\"\" is the default exchange)"
         low = f"more than {self.least:g}" if self.least_open else f"from {self.least:g}"
@@ -169,6 +171,7 @@ TUNABLES: dict[str, Tunable] = {t.name: t for t in (
             help="Deliver only to these target exchanges; others are parked (repeatable; '' is the default "
                  "exchange; none given: every exchange)."),
     Tunable("queue_type", "choice", "classic", metavar="classic|quorum", choices=QUEUE_TYPES,
+            accepted='"classic" (the AceMQ contract) or "quorum" (replicated quorum queues, off-contract)',
             help="The queue profile: the contract's classic queues, or replicated quorum queues (off-contract: "
                  "every peer on the vhost must choose quorum too)."),
 )}

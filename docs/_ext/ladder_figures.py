@@ -124,7 +124,50 @@ class MetricsTable(Directive):
         return [_table(["metric", "type", "meaning"], rows, [38, 10, 52])]
 
 
+def shown(default: Any) -> str:
+    """A default as the reference shows it: strings in double quotes, whole seconds as integers."""
+    if isinstance(default, str):
+        return f'"{default}"'
+    if isinstance(default, float) and default.is_integer():
+        return str(int(default))
+    return repr(default)
+
+
+def settings_rst() -> list[str]:
+    """The reference of every relay option, from :data:`kombu_ladder.tuning.TUNABLES`: one entry each, under
+    its Celery setting name, with its Django name, default, bounds, Python keyword, flag and variable."""
+    from kombu_ladder.tuning import TUNABLES
+
+    lines: list[str] = []
+    for t in TUNABLES.values():
+        accepted = {"seconds": f"{t.bounds()} seconds, or a duration (``10m``, ``2h30m``)",
+                    "count": f"a whole number {t.bounds()}"}.get(t.kind, t.bounds())
+        lines += [f"``{t.setting}``",
+                  f"    :Django name: ``CELERY_{t.setting.upper()}``",
+                  f"    :Default: ``{shown(t.default)}``",
+                  f"    :Accepted: {accepted}",
+                  f"    :Python: ``{t.name}=`` (:class:`~kombu_ladder.relay.RelayOptions`; ``Scheduler.on``, ``Relay``)",
+                  f"    :Command line: ``relay {t.option}`` (environment: ``KOMBU_LADDER_{t.name.upper()}``)",
+                  "", f"    {t.help}", ""]
+    return lines
+
+
+class SettingsReference(Directive):
+    """``.. ladder-settings::``: the relay options' reference (:func:`settings_rst`), so that it cannot drift."""
+
+    has_content = False
+
+    def run(self) -> list[nodes.Node]:
+        from docutils.statemachine import StringList
+
+        node = nodes.container()
+        self.state.nested_parse(StringList(settings_rst(), source="kombu_ladder/tuning.py"), self.content_offset,
+                                node)
+        return list(node.children)
+
+
 def setup(app: Any) -> dict[str, Any]:
+    app.add_directive("ladder-settings", SettingsReference)
     app.add_directive("ladder-hops", HopsTable)
     app.add_directive("ladder-metrics", MetricsTable)
     app.add_role("hops", hops_role)

@@ -90,9 +90,34 @@ def _shown(default: Any) -> str:
     return repr(default)
 
 
+def _generated_settings() -> str:
+    """The relay options' reference as the ``ladder-settings`` directive writes it (docs/_ext)."""
+    sys.path.insert(0, str(DOCS / "_ext"))
+    try:
+        import ladder_figures
+    finally:
+        sys.path.remove(str(DOCS / "_ext"))
+    return "\n".join(ladder_figures.settings_rst())
+
+
+def test_the_relay_options_reference_is_generated_from_the_one_table() -> None:
+    """Every relay option's default and bounds come from kombu_ladder.tuning; none is written in the page."""
+    from kombu_ladder.tuning import PRECEDENCE, TUNABLES
+
+    text, generated = page("configuration.rst"), _generated_settings()
+    assert ".. ladder-settings::" in text
+    for tunable in TUNABLES.values():
+        assert not re.search(rf"^``{tunable.setting}``\n\s+:", text, re.M), f"{tunable.setting} is written by hand"
+        assert f"``{tunable.setting}``\n    :Django name: ``CELERY_{tunable.setting.upper()}``\n    :Default: " \
+               f"``{_shown(tunable.default)}``\n    :Accepted: " in generated, tunable.name
+        assert tunable.bounds() in generated and f"relay {tunable.option}``" in generated
+    assert "first of these\nwins: the command-line option, the environment variable" in text
+    assert PRECEDENCE == ("command-line option", "environment variable", "Celery/Django setting", "default")
+
+
 @pytest.mark.parametrize("setting", SETTINGS, ids=[s.name for s in SETTINGS])
 def test_configuration_reference_names_every_setting_default_and_django_name(setting: Setting) -> None:
-    text = page("configuration.rst")
+    text = page("configuration.rst") + "\n" + _generated_settings()
     row = re.search(rf"^``{setting.name}``\n\s+:Django name: ``{setting.django}``\n\s+:Default: ``([^`]+)``",
                     text, re.M)
     assert row is not None, f"{setting.name} / {setting.django} is missing from the configuration reference"
