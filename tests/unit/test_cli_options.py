@@ -283,3 +283,31 @@ def test_celery_ladder_runs_the_same_command_objects_and_keeps_show_as_an_alias_
 def test_every_relay_option_is_on_both_command_lines(flag: str) -> None:
     for root in (cli, ladder):
         assert flag in [o for p in root.commands["relay"].params for o in p.opts]
+
+
+def test_a_relay_option_comes_from_the_command_line_then_the_environment_then_the_setting_then_the_default(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import contextlib
+    from types import SimpleNamespace
+
+    from celery import Celery
+
+    from kombu_ladder.cli import commands
+
+    seen: dict[str, object] = {}
+    monkeypatch.setattr(commands, "relay", lambda connection, *, options, **kw: seen.update(options=options, **kw))
+    monkeypatch.setattr(commands, "connected", lambda connection: contextlib.nullcontext())
+    monkeypatch.setattr(commands, "open_connection", lambda url: contextlib.nullcontext())
+    app = Celery("precedence", broker="amqp://guest:guest@127.0.0.1:1//", set_as_current=False)
+    app.conf.update(ladder_hold_window="30s", ladder_max_refusals=2, ladder_hold_capacity=9, ladder_queue_type="quorum")
+    result = CliRunner().invoke(ladder, ["relay", "--hold-capacity", "7"], obj=SimpleNamespace(app=app),
+                                env={"KOMBU_LADDER_MAX_REFUSALS": "3"})
+    assert result.exit_code == 0, result.output
+    options = seen["options"]
+    assert (options.hold_capacity, options.max_refusals, options.hold_window, options.prefetch) == (7, 3, 30.0, 50)
+    assert seen["queue_type"] == "quorum"
+    monkeypatch.setenv("KOMBU_LADDER_HOLD_WINDOW", "2m")
+    assert main(["relay", "--max-refusals", "0"]) == 0
+    options = seen["options"]
+    assert (options.hold_window, options.max_refusals, options.hold_capacity) == (120.0, 0, 2000)
+    assert seen["queue_type"] is None, "kombu-ladder: the profile the ladder is declared with"
