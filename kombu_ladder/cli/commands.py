@@ -7,7 +7,6 @@ error into one line and an exit status, so no command prints a traceback.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -37,7 +36,7 @@ from ..topology import declared_queue_type, resolve_queue_type
 __all__ = [
     "CommandError", "BrokerUnavailable", "BadUsage", "usage_line",
     "open_connection", "check_broker_url", "connected", "emit", "configure_logging",
-    "declare", "due_lines", "status_report", "status_lines", "status", "cancel", "replay", "move", "relay_options",
+    "declare", "due_lines", "status_report", "status_lines", "cancel", "replay", "move", "relay_options",
     "relay", "metrics_server",
 ]
 
@@ -244,16 +243,6 @@ def status_lines(report: dict[str, Any]) -> list[str]:
     if "due" in report:
         lines += ["", *due_lines([DueBound(**b) for b in report["due"]])]
     return lines
-
-
-def status(connection: Connection, *, parked: int = 100, as_json: bool = False, due: bool = False) -> None:
-    """Print each queue's depth and consumers and the tally of parked reasons (or one JSON document)."""
-    report = status_report(connection, parked=parked, due=due)
-    if as_json:
-        emit(json.dumps(report, indent=2, sort_keys=True))
-        return
-    for line in status_lines(report):
-        emit(line)
 
 
 def cancel(connection: Connection, ids: Sequence[str], *, key: str = "message_id") -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Union
 
 import click
 
@@ -18,7 +18,6 @@ __all__ = [
     "shared_option", "parked_option", "due_option", "json_option", "limit_option", "match_option",
     "tunable_option", "tunable_options", "given", "report_every_option",
     "queue_type_option", "metrics_port_option", "metrics_address_option", "metrics_interval_option",
-    "allowed_or_none",
 ]
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
@@ -144,7 +143,7 @@ def _option(*names: str, **fixed: Any) -> Callable[..., Decorator]:
     return factory
 
 
-#: Make an option both command lines share: ``shared_option("--x", ...)(cls=CeleryOption, ...)``.
+#: Make an option of the commands both command lines run: ``shared_option("--x", ...)(help=...)``.
 shared_option = _option
 
 #: ``status --parked N``.
@@ -217,8 +216,3 @@ metrics_address_option = _option("--metrics-address", default="127.0.0.1", show_
 metrics_interval_option = _option(
     "--metrics-interval", type=Number(min=0, min_open=True, max=MAX_SECONDS), default=15.0, show_default=True,
     metavar="SECONDS", help="Sample the ladder's queue depths this often for the metrics (never per scrape).")
-
-
-def allowed_or_none(names: Sequence[str]) -> Optional[list[str]]:
-    """``--allow-exchange`` values as a relay's ``allowed_exchanges``: ``None`` (all) when none was given."""
-    return list(names) or None

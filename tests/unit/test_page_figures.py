@@ -254,10 +254,6 @@ FIGURES: tuple[Figure, ...] = (
     Figure("compatibility.rst", "* - 4.3", Label("a RabbitMQ release, the first column of the broker table")),
     Figure("compatibility.rst", "-0.02 s to +1.5 s", Asserted("tests/celery_tier/test_celery_native_delayed.py")),
     # the relay's byte budget for held messages (issue 28)
-    Figure("configuration.rst", "(1 MiB before the first)", Code(lambda: [_relay_guess() >> 20])),
-    Figure("configuration.rst", "from 1 to 64 GiB", Code(lambda: [1, _plan().MAX_HOLD_BYTES >> 30])),
-    Figure("configuration.rst", "(default 67108864, 64 MiB)",
-           Code(lambda: [_plan().HOLD_BYTES, _plan().HOLD_BYTES >> 20])),
     Figure("how.rst", "(64 MiB by default)", Code(lambda: [_plan().HOLD_BYTES >> 20])),
     Figure("how.rst", "(1 MiB before the first)", Code(lambda: [_relay_guess() >> 20])),
     Figure("guarantees.rst", "(64 MiB by default)", Code(lambda: [_plan().HOLD_BYTES >> 20])),
