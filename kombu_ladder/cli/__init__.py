@@ -417,7 +417,7 @@ def move(to: str, limit: Optional[int], keep_parked: bool, queue_type: Optional[
 @_common_options(top=False)
 def relay(report_every: float, metrics_port: Optional[int], metrics_address: str, metrics_interval: float,
           **tuning: Any) -> None:
-    """Run a relay until SIGTERM or SIGINT.
+    """Run a relay on --broker until SIGTERM or SIGINT (celery ladder: on the app's broker).
 
     It consumes acemq.schedule.due, hops each expired message into the next
     rung or delivers it to its target, and parks what it cannot deliver.
