@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
@@ -157,7 +158,8 @@ class LadderSettings:
     def from_conf(cls, conf: Mapping[str, Any]) -> "LadderSettings":
         """Read every ``ladder_*`` setting of :data:`SETTINGS` from ``app.conf`` (or a plain mapping).
 
-        A setting that is absent or ``None`` takes its default.
+        A setting that is absent or ``None`` takes its default; a relay option's environment variable
+        (``KOMBU_LADDER_HOLD_WINDOW``...) comes before its setting.
 
         Raises:
             ValueError: a setting has a bad value (a boolean that is not one, a port out of
@@ -166,7 +168,9 @@ class LadderSettings:
             TypeError: a setting has the wrong type (``ladder_allowed_exchanges`` not a list of
                 names, ``ladder_metrics_address`` not a string, a delay not a number).
         """
-        return cls(**{setting.field: setting.read(conf.get(setting.name)) for setting in SETTINGS})
+        environ = {t.setting: os.environ.get(t.env) for t in TUNABLES.values()}  # over the setting (PRECEDENCE)
+        return cls(**{setting.field: setting.read(environ.get(setting.name) or conf.get(setting.name))
+                      for setting in SETTINGS})
 
     def runs_relay(self, pool: Any) -> bool:
         """Whether a worker with this ``pool`` runs the relay: ``-P ladder`` always, else ``relay``."""

@@ -76,6 +76,11 @@ class Tunable:
         return f"ladder_{self.name}"
 
     @property
+    def env(self) -> str:
+        """The environment variable (``KOMBU_LADDER_HOLD_WINDOW``): over the setting, under the command line."""
+        return f"KOMBU_LADDER_{self.name.upper()}"
+
+    @property
     def option(self) -> str:
         """The command-line flag."""
         return self.flag or "--" + self.name.replace("_", "-")

@@ -181,7 +181,7 @@ def tunable_option(name: str, **extra: Any) -> Decorator:
                       integer=tunable.kind == "count", duration=tunable.kind == "seconds")
     default = tunable.default
     shown = "every exchange" if default is None else f"{default:.15g}" if isinstance(default, float) else default
-    env = f"KOMBU_LADDER_{name.upper()}"
+    env = tunable.env
     return click.option(tunable.option, name, type=kind, default=None, metavar=tunable.metavar, envvar=env,
                         help=f"{tunable.help} [default: {shown}; environment: {env}; setting: {tunable.setting}]",
                         **extra)

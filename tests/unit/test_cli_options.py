@@ -311,3 +311,6 @@ def test_a_relay_option_comes_from_the_command_line_then_the_environment_then_th
     options = seen["options"]
     assert (options.hold_window, options.max_refusals, options.hold_capacity) == (120.0, 0, 2000)
     assert seen["queue_type"] is None, "kombu-ladder: the profile the ladder is declared with"
+    from celery_ladder.settings import LadderSettings
+
+    assert LadderSettings.from_conf({"ladder_hold_window": 5}).hold_window == 120.0, "a worker's relay reads it too"
