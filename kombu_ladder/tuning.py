@@ -14,8 +14,8 @@ from .contract import PREFETCH
 from .times import read_duration
 
 __all__ = [
-    "Tunable", "TUNABLES", "PRECEDENCE", "MAX_DELAY", "MAX_MAX_DELAY", "HOLD_WINDOW", "HOLD_CAPACITY", "HOLD_BYTES",
-    "MAX_HOLD_BYTES", "MAX_REFUSALS", "QUEUE_TYPES", "setting_label",
+    "Tunable", "TUNABLES", "CONSOLE", "PRECEDENCE", "MAX_DELAY", "MAX_MAX_DELAY", "HOLD_WINDOW", "HOLD_CAPACITY",
+    "HOLD_BYTES", "MAX_HOLD_BYTES", "MAX_REFUSALS", "QUEUE_TYPES", "setting_label",
 ]
 
 #: The default longest delay accepted, in seconds: ten years, leap days included (87,672 one-hour hops). It is
@@ -179,4 +179,16 @@ TUNABLES: dict[str, Tunable] = {t.name: t for t in (
             accepted='"classic" (the AceMQ contract) or "quorum" (replicated quorum queues, off-contract)',
             help="The queue profile: the contract's classic queues, or replicated quorum queues (off-contract: "
                  "every peer on the vhost must choose quorum too)."),
+)}
+
+#: The console's numbers (``web``; :class:`~kombu_ladder.web.ConsoleOptions`): command line and Python only.
+CONSOLE: dict[str, Tunable] = {t.name: t for t in (
+    Tunable("port", "count", 8642, most=65535, metavar="PORT", help="The port to listen on (0: any free port)."),
+    Tunable("refresh", "seconds", 5.0, least=1, most=86400, metavar="SECONDS",
+            help="Sample queue depths, read the index and poll relays this often, whatever the number of viewers."),
+    Tunable("page_size", "count", 50, least=1, most=1000, help="Rows per page of the waiting list."),
+    Tunable("look_limit", "count", 50_000, least=1, most=10**7,
+            help="Messages looked at, at most, to find one message's headers and body, or to move it."),
+    Tunable("preview_bytes", "count", 4096, least=1, most=1 << 20, help="Body bytes a preview shows at most."),
+    Tunable("parked_limit", "count", 500, least=1, most=100_000, help="Parked messages the parked page shows."),
 )}

@@ -6,10 +6,11 @@ from typing import Any, Callable, Optional, Sequence
 
 import click
 
-from ..web.options import DEFAULT_HOST, DEFAULT_PORT, ConsoleOptions
+from ..tuning import CONSOLE
+from ..web.options import DEFAULT_HOST, ConsoleOptions
 from ..web.security import Auth, check_secret
 from .commands import BadUsage, CommandError
-from .options import MAX_SECONDS, Number
+from .options import Number
 from .options import shared_option as _option
 
 __all__ = ["PASSWORD_ENV", "TOKEN_ENV", "E_EXTRA", "web_options", "console_options", "require_extra",
@@ -23,8 +24,6 @@ E_EXTRA = "the web console needs the [web] extra ({missing} is not installed): p
 
 host_option = _option("--host", default=DEFAULT_HOST, show_default=True, metavar="ADDRESS",
                       help="The address to listen on. Anything but loopback needs --password-file or --token-file.")
-port_option = _option("--port", type=Number(min=0, max=65535, integer=True), default=DEFAULT_PORT, show_default=True,
-                      metavar="PORT", help="The port to listen on (0: any free port).")
 read_only_option = _option("--read-only", is_flag=True,
                            help="No actions: no cancel, reschedule, run-now, replay or delete, and no POST route.")
 user_option = _option("--user", default="admin", show_default=True, metavar="NAME",
@@ -35,15 +34,10 @@ password_file_option = _option(
 token_file_option = _option(
     "--token-file", type=click.Path(exists=True, dir_okay=False), default=None, metavar="PATH",
     help=f"Require 'Authorization: Bearer' with the token in this file [default: ${TOKEN_ENV}, if set].")
-refresh_option = _option("--refresh", type=Number(min=1, max=MAX_SECONDS), default=5.0, show_default=True,
-                         metavar="SECONDS", help="Sample queue depths, read the index and poll relays this often, "
-                                                 "whatever the number of viewers.")
-page_size_option = _option("--page-size", type=Number(min=1, max=1000, integer=True), default=50, show_default=True,
-                           metavar="N", help="Rows per page of the waiting list.")
-look_limit_option = _option("--look-limit", type=Number(min=1, max=10**7, integer=True), default=50_000,
-                            show_default=True, metavar="N",
-                            help="Messages looked at, at most, to find one message's headers and body, or to move it.")
-
+port_option, refresh_option, page_size_option, look_limit_option = (
+    _option(t.option, type=Number(min=t.least, max=t.most, integer=t.kind == "count", duration=t.kind == "seconds"),
+            default=t.default, show_default=True, metavar=t.metavar, help=t.help)
+    for t in (CONSOLE["port"], CONSOLE["refresh"], CONSOLE["page_size"], CONSOLE["look_limit"]))
 
 #: ``kombu-ladder web --relay-metrics URL`` (repeatable).
 relay_metrics_option = _option(

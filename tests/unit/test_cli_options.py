@@ -314,3 +314,20 @@ def test_a_relay_option_comes_from_the_command_line_then_the_environment_then_th
     from celery_ladder.settings import LadderSettings
 
     assert LadderSettings.from_conf({"ladder_hold_window": 5}).hold_window == 120.0, "a worker's relay reads it too"
+
+
+@pytest.mark.parametrize("command,table", [("relay", "TUNABLES"), ("web", "CONSOLE")])
+def test_the_numeric_options_take_their_bounds_from_the_one_table(command: str, table: str) -> None:
+    from kombu_ladder import tuning
+
+    declared = getattr(tuning, table)
+    for root in (cli, ladder):
+        params = {p.name: p for p in root.commands[command].params}
+        for name, tunable in declared.items():
+            if table == "TUNABLES":
+                assert name in params, f"relay option {name} is not on the command line"
+            if tunable.kind in ("count", "seconds") and name in params:  # the console's last two: Python only
+                number = params[name].type
+                assert isinstance(number, Number), name
+                assert (number.min, number.max, number.min_open) == (tunable.least, tunable.most, tunable.least_open)
+                assert (number.integer, params[name].opts[0]) == (tunable.kind == "count", tunable.option), name
