@@ -19,6 +19,7 @@ from starlette.routing import Route
 
 from .. import __version__
 from ..index import Filter
+from ..times import TIME_HELP, parse_when
 from .console import Console
 from .preview import header_rows, preview, shown
 from .security import authorized, challenge, csrf_ok, csrf_token, new_key, new_session, same_origin
@@ -69,7 +70,8 @@ MAX_FORM = 64 * 1024
 def _environment() -> Environment:
     env = Environment(loader=PackageLoader("kombu_ladder.web", "templates"), autoescape=True,
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.globals.update(iso=iso, ago=ago, link=link, shown=shown, version=__version__, DEFAULT_TARGET=DEFAULT_TARGET)
+    env.globals.update(iso=iso, ago=ago, link=link, shown=shown, version=__version__, DEFAULT_TARGET=DEFAULT_TARGET,
+                       TIME_HELP=TIME_HELP)
     return env
 
 
@@ -260,8 +262,6 @@ def _field(form: Mapping[str, str], name: str) -> str:
 
 def _when(text: str, now_ms: int) -> int:
     """A reschedule form's new time, read as the command lines read WHEN (:mod:`kombu_ladder.times`)."""
-    from ..times import parse_when
-
     if not text.strip():
         raise ValueError(E_FORM.format(field="when"))
     return parse_when(text, option="when", now_ms=now_ms)
