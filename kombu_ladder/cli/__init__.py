@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import logging
+import os
 import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 import click
 from kombu import Connection
+from kombu.utils.url import maybe_sanitize_url
 
 from .. import __version__
-from ..brokers import DEFAULT_BROKER
+from ..brokers import BROKER_ENVS, DEFAULT_BROKER, broker_url
 from ..compat import is_no_args_help
 from ..index import default_path
 from ..link import clock_of
@@ -18,8 +21,10 @@ from . import checks, commands, console, options, oversight, waiting
 
 __all__ = ["cli", "main", "BROKER_ENV"]
 
-#: The environment variable that names the broker when ``--broker`` is not given.
-BROKER_ENV = "KOMBU_LADDER_BROKER"
+#: The environment variable that names the broker when ``--broker`` is not given (then ``CELERY_BROKER_URL``).
+BROKER_ENV = BROKER_ENVS[0]
+
+logger = logging.getLogger(__name__)
 
 #: Levels ``--log-level`` accepts.
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -43,9 +48,9 @@ def _common_options(*, top: bool) -> Callable[[Callable[..., Any]], Callable[...
                  "the commands that print their result].",
         )(f)
         return click.option(
-            "--broker", metavar="URL", default=DEFAULT_BROKER if top else None, envvar=BROKER_ENV if top else None,
-            expose_value=False, callback=_remember,
-            help=f"RabbitMQ URL [default: ${BROKER_ENV}, else {DEFAULT_BROKER}].",
+            "--broker", metavar="URL", default=None, expose_value=False, callback=_remember,
+            help=f"RabbitMQ URL [default: ${BROKER_ENVS[0]}, else ${BROKER_ENVS[1]}, else {DEFAULT_BROKER}]; "
+                 f"--log-level INFO says which one was used.",
         )(f)
 
     return decorate
@@ -70,13 +75,23 @@ def _root_options() -> dict[str, str]:
     return click.get_current_context().find_root().ensure_object(dict)
 
 
+def _broker_url(*, log: bool = False) -> str:
+    """The broker of ``--broker``, else of the environment (:func:`~kombu_ladder.brokers.broker_url`); with
+    ``log``, logged at INFO with where it came from, so every command can say which broker it used."""
+    url, source = broker_url(_root_options().get("broker"), os.environ)
+    if log:
+        logger.info("broker %s (from %s)", maybe_sanitize_url(url), source)
+    return url
+
+
 @contextmanager
 def _broker(*, log_level: str = commands.QUIET_LOG_LEVEL) -> Iterator[Connection]:
     """The connected broker of ``--broker``, with logging set up from ``--log-level`` (else ``log_level``)."""
     root = _root_options()
     commands.configure_logging(root.get("log_level") or log_level)
-    with commands.open_connection(root.get("broker", DEFAULT_BROKER)) as connection, \
+    with commands.open_connection(_broker_url()) as connection, \
             commands.connected(connection):
+        _broker_url(log=True)  # once connected: an error stays one line
         yield connection
 
 
@@ -155,7 +170,7 @@ def cancel(ids: tuple[str, ...], task: Optional[str], target: Optional[str], rou
                               task=task)
     waiting.check_cancel(ids, found, command="kombu-ladder cancel")
     with _broker() as connection:
-        waiting.cancel(connection, ids, found, url=_root_options().get("broker", DEFAULT_BROKER),
+        waiting.cancel(connection, ids, found, url=_broker_url(),
                        index_path=index_path, now=lambda: _now_ms(connection), dry_run=dry_run)
 
 
@@ -167,9 +182,10 @@ def _now_ms(connection: Optional[Connection]) -> int:
 @contextmanager
 def _index(index_path: Optional[str], no_sync: bool) -> Iterator[tuple[Any, int]]:
     """The index (read up to date from --broker unless ``no_sync``) and now, in epoch ms."""
-    url = _root_options().get("broker", DEFAULT_BROKER)
+    url = _broker_url()
     if no_sync:
         commands.configure_logging(_root_options().get("log_level") or commands.QUIET_LOG_LEVEL)
+        _broker_url(log=True)
         store = waiting.open_index(url, index_path)
         try:
             yield store, _now_ms(None)
@@ -382,7 +398,7 @@ def web(host: str, port: int, read_only: bool, user: str, password_file: Optiona
                                        password_file=password_file, token_file=token_file, refresh=refresh,
                                        page_size=page_size, look_limit=look_limit)
     counters = console.relay_scraper(relay_metrics)
-    url = _root_options().get("broker", DEFAULT_BROKER)
+    url = _broker_url()
     with _broker(log_level="INFO") as connection:
         console.serve(connection, settings, index_path=index_path or default_path(url), counters=counters,
                       log_level=_root_options().get("log_level") or "INFO")
