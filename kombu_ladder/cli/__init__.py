@@ -15,6 +15,7 @@ from kombu.utils.url import maybe_sanitize_url
 from .. import __version__
 from ..brokers import BROKER_ENVS, DEFAULT_BROKER, broker_url
 from ..compat import is_no_args_help
+from ..depths import waiting_in_queues
 from ..index import default_path
 from ..link import clock_of
 from . import checks, commands, console, options, oversight, waiting
@@ -180,22 +181,22 @@ def _now_ms(connection: Optional[Connection]) -> int:
 
 
 @contextmanager
-def _index(index_path: Optional[str], no_sync: bool) -> Iterator[tuple[Any, int]]:
-    """The index (read up to date from --broker unless ``no_sync``) and now, in epoch ms."""
+def _index(index_path: Optional[str], no_sync: bool) -> Iterator[tuple[Any, int, Optional[Connection]]]:
+    """The index (read up to date from --broker unless ``no_sync``), now in epoch ms, and the connection."""
     url = _broker_url()
     if no_sync:
         commands.configure_logging(_root_options().get("log_level") or commands.QUIET_LOG_LEVEL)
         _broker_url(log=True)
         store = waiting.open_index(url, index_path)
         try:
-            yield store, _now_ms(None)
+            yield store, _now_ms(None), None
         finally:
             store.close()
         return
     with _broker() as connection:
         store = waiting.open_index(url, index_path, connection)
         try:
-            yield store, _now_ms(connection)
+            yield store, _now_ms(connection), connection
         finally:
             store.close()
 
@@ -223,7 +224,7 @@ def waiting_find(ident: str, as_json: bool, index_path: Optional[str], no_sync: 
 
     Exit status 1 when the index has no message with ID.
     """
-    with _index(index_path, no_sync) as (store, now):
+    with _index(index_path, no_sync) as (store, now, _):
         waiting.find(store, ident, now, as_json=as_json)
 
 
@@ -250,8 +251,9 @@ def waiting_list(due_before: Optional[int], due_after: Optional[int], target: Op
     """List waiting messages, soonest due first, a page at a time."""
     found = waiting.filter_of(due_before=due_before, due_after=due_after, target=target, routing_key=routing_key,
                               task=task, everything=everything)
-    with _index(index_path, no_sync) as (store, now):
-        waiting.listing(store, found, now, limit=limit, offset=offset, as_json=as_json)
+    with _index(index_path, no_sync) as (store, now, connection):
+        in_queues = None if connection is None else waiting_in_queues(connection)
+        waiting.listing(store, found, now, limit=limit, offset=offset, as_json=as_json, waiting_in_queues=in_queues)
 
 
 @waiting_group.command(name="count")
@@ -267,7 +269,7 @@ def waiting_count(by: Optional[str], due_before: Optional[int], due_after: Optio
     """Count waiting messages: in all, or per due hour, target or Celery task name (--by)."""
     found = waiting.filter_of(due_before=due_before, due_after=due_after, target=target, routing_key=routing_key,
                               task=task, everything=everything)
-    with _index(index_path, no_sync) as (store, now):
+    with _index(index_path, no_sync) as (store, now, _):
         waiting.count(store, found, now, by=by, as_json=as_json)
 
 
