@@ -326,7 +326,7 @@ def test_waiting_list_says_how_many_wait_unindexed_and_how_producers_turn_the_in
     assert code == 0, err
     assert [line.split()[2] for line in out.splitlines()[1:]] == indexed
     assert ("4 message(s) wait in the ladder that the index does not list: only what producers with the index on "
-            "scheduled is listed (LadderProducer(index=True), Scheduler.on(connection, index=True), Celery's "
+            "scheduled is listed (LadderProducer(channel, index=True), Scheduler.on(connection, index=True), Celery's "
             "ladder_index = True); 'kombu-ladder status' shows the rung depths") in err
     code, out, err = _cli(backend, index, "waiting", "list", "--json", capsys=capsys)  # the same on stderr
     assert code == 0 and "4 message(s) wait in the ladder that the index does not list" in err
