@@ -9,6 +9,7 @@ vhost), and neither ``KOMBU_LADDER_BROKER`` nor ``--broker`` is given: the comma
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -24,6 +25,13 @@ PAGES = ("README.md", "quickstart.rst")
 
 #: What a new user reads as a warning or an error, in any output line.
 ALARMING = re.compile(r"\b(?:WARNING|ERROR|CRITICAL)\b|Traceback|^Error:|\w+Warning\b|\bwarn(?:ing)?:", re.I | re.M)
+
+
+#: Lines this machine prints that a user's does not, and why: matched only where the condition holds.
+NOT_THE_USERS = (
+    # The test machine runs everything as root; Celery warns of it, and a user's shell is not root.
+    (os.geteuid() == 0, "SecurityWarning: You're running the worker with superuser privileges"),
+)
 
 
 def first_hour_blocks() -> list[Block]:
@@ -61,7 +69,7 @@ class FirstHourShell(Shell):
 def alarms(printed: list[tuple[str, str]]) -> list[str]:
     """Every printed line a new user would read as a warning or an error, with the command that printed it."""
     return [f"$ {command}\n    {line}" for command, text in printed for line in text.splitlines()
-            if ALARMING.search(line)]
+            if ALARMING.search(line) and not any(holds and known in line for holds, known in NOT_THE_USERS)]
 
 
 @pytest.fixture
