@@ -273,7 +273,7 @@ class LadderAMQP(AMQP):
             ValueError: naming ``countdown`` and the maximum delay.
         """
         if isinstance(countdown, (int, float)) and not isinstance(countdown, bool) and countdown > 0:
-            settings = self.Producer.settings.get()
+            settings = self.Producer.settings.get()  # type: ignore[attr-defined]  # a per-app subclass
             if settings.enabled:
                 delay_seconds(countdown, argument="countdown", max_delay=settings.max_delay)
 

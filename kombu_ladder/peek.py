@@ -14,8 +14,8 @@ from kombu import Consumer, Producer, Queue
 
 from .cancellation.records import KIND_MARKER, STREAM, LiveSet, RecordError, decode, encode_marker
 from .carry import text_of
-from .link import clock_of
 from .contract import CONTROL, DUE_AT, PARKED_REASON, PARKING, TARGET_EXCHANGE, TARGET_ROUTING_KEY, rung_names
+from .link import clock_of
 from .plan import parse_due_at
 
 __all__ = ["Sighting", "Progress", "FindResult", "SCANNED_QUEUES", "DEFAULT_LIMIT", "find", "matches", "peek",
@@ -279,7 +279,8 @@ def find(connection: Any, ident: str, *, limit: int = DEFAULT_LIMIT, first: bool
 def live_cancellations(connection: Any, *, timeout: float = 60.0) -> Optional[LiveSet]:
     """The cancellations a relay would enforce now, read from ``ladder.cancellations`` as a relay reads them (the
     records of its read-back window, up to a marker appended here); None when the stream cannot be read (refused;
-    empty when it does not exist) or was not read to its end within ``timeout`` seconds. Records are untrusted: a bad one is skipped."""
+    empty when it does not exist) or was not read to its end within ``timeout`` seconds. Records are untrusted: a
+    bad one is skipped."""
     from .relay.cancelwatch import read_from  # the relay's window, not a copy of it
 
     clock = clock_of(connection)

@@ -166,8 +166,8 @@ _LIST_ROW = "{:<24} {:<9} {:<36} {:<28} {}"
 
 #: On stderr after ``waiting list`` when the rungs hold more than the index knows of.
 I_UNINDEXED = ("{n} message(s) wait in the ladder that the index does not list: only what producers with the index "
-               "on scheduled is listed (LadderProducer(channel, index=True), Scheduler.on(connection, index=True), Celery's "
-               "ladder_index = True); 'kombu-ladder status' shows the rung depths")
+               "on scheduled is listed (LadderProducer(channel, index=True), Scheduler.on(connection, index=True), "
+               "Celery's ladder_index = True); 'kombu-ladder status' shows the rung depths")
 
 
 def unindexed(waiting_in_queues: int, store: IndexStore, now_ms: int) -> int:

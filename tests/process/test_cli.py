@@ -201,9 +201,11 @@ def test_the_environment_names_the_broker_and_the_option_overrides_it(connection
 @pytest.mark.parametrize("given,environ,expected", [
     (None, {}, (DEFAULT_BROKER, "default")),
     (None, {"CELERY_BROKER_URL": "amqp://c//"}, ("amqp://c//", "CELERY_BROKER_URL")),
-    (None, {"CELERY_BROKER_URL": "amqp://c//", "KOMBU_LADDER_BROKER": "amqp://k//"}, ("amqp://k//", "KOMBU_LADDER_BROKER")),
+    (None, {"CELERY_BROKER_URL": "amqp://c//", "KOMBU_LADDER_BROKER": "amqp://k//"},
+     ("amqp://k//", "KOMBU_LADDER_BROKER")),
     (None, {"CELERY_BROKER_URL": "amqp://c//", "KOMBU_LADDER_BROKER": ""}, ("amqp://c//", "CELERY_BROKER_URL")),
-    ("amqp://b//", {"CELERY_BROKER_URL": "amqp://c//", "KOMBU_LADDER_BROKER": "amqp://k//"}, ("amqp://b//", "--broker")),
+    ("amqp://b//", {"CELERY_BROKER_URL": "amqp://c//", "KOMBU_LADDER_BROKER": "amqp://k//"},
+     ("amqp://b//", "--broker")),
 ])
 def test_the_broker_is_the_option_then_the_ladders_variable_then_celerys(given: Any, environ: dict[str, str],
                                                                          expected: tuple[str, str]) -> None:
