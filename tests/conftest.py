@@ -48,10 +48,13 @@ PURE_TIERS = ("unit", "sim")
 #: Files ``make test`` runs in its serial pass, alone, after the parallel one (tests/README.md, "In parallel"):
 #: the rolling restart duplicated when SIGTERM landed on a relay still starting on a loaded machine (NOTES, turn 4).
 SERIAL = frozenset({"broker/test_quorum_rolling_restart.py"})
-#: Files whose tests share something outside their vhost: one xdist worker runs each group, one test at a time.
-#: Both build the distribution from the checkout (setuptools writes build/ and *.egg-info in it), and
-#: test_dist.py's module fixture builds once per worker that runs one of its tests.
-GROUPS = {"process/test_dist.py": "build", "process/test_packaging.py": "build"}
+#: Files whose tests share something: one xdist worker runs each group, its tests in file order. The two
+#: build files build the distribution from the checkout (setuptools writes build/ and *.egg-info in it); the
+#: others have module-scoped fixtures (a worker, a browser, a docs build) whose later tests read what earlier
+#: ones did (test_celery_pool_cli: the worker's counters after the delays test), or that are costly to repeat.
+GROUPS = {"process/test_dist.py": "build", "process/test_packaging.py": "build",
+          **{path: path for path in ("celery_tier/test_celery_pool_cli.py", "celery_tier/test_web_console.py",
+                                     "process/test_docs_render.py")}}
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m selects by these marks

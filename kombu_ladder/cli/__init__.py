@@ -51,7 +51,7 @@ def _common_options(*, top: bool) -> Callable[[Callable[..., Any]], Callable[...
         return click.option(
             "--broker", metavar="URL", default=None, expose_value=False, callback=_remember,
             help=f"RabbitMQ URL [default: ${BROKER_ENVS[0]}, else ${BROKER_ENVS[1]}, else {DEFAULT_BROKER}]; "
-                 f"--log-level INFO says which one was used.",
+                 f"without it, --log-level INFO says which one was used.",
         )(f)
 
     return decorate
@@ -78,10 +78,12 @@ def _root_options() -> dict[str, str]:
 
 def _broker_url(*, log: bool = False) -> str:
     """The broker of ``--broker``, else of the environment (:func:`~kombu_ladder.brokers.broker_url`); with
-    ``log``, logged at INFO with where it came from, so every command can say which broker it used."""
+    ``log``, logged with where it came from, so every command can say which broker it used: at INFO when it was
+    not given (found in the environment, or the default: the surprising case), at DEBUG when it was."""
     url, source = broker_url(_root_options().get("broker"), os.environ)
     if log:
-        logger.info("broker %s (from %s)", maybe_sanitize_url(url), source)
+        logger.log(logging.DEBUG if source == "--broker" else logging.INFO, "broker %s (from %s)",
+                   maybe_sanitize_url(url), source)
     return url
 
 
