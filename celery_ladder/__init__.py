@@ -6,9 +6,10 @@ import logging
 from importlib.util import find_spec
 from typing import Any
 
+from kombu_ladder.errors import missing_extra
+
 if find_spec("celery") is None:  # a kombu-only install: say what to install, in one line
-    raise ModuleNotFoundError('celery_ladder needs Celery: pip install "celery>=5.3,<6" (kombu-ladder\'s celery '
-                              'extra)', name="celery")
+    raise ModuleNotFoundError(missing_extra("celery_ladder", "celery", "celery", 'celery>=5.3,<6'), name="celery")
 
 from celery.utils.imports import symbol_by_name  # noqa: E402 - after the check above
 

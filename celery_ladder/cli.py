@@ -85,10 +85,13 @@ class AppSource(Source):
         """The app of ``celery -A``."""
         return self._context.app
 
-    @property
-    def url(self) -> str:
+    def located(self) -> tuple[str, str]:
+        """``--broker``, else the app's broker (``broker_write_url``, else ``broker_url``)."""
+        given = _given().get("broker")
+        if given:
+            return str(given), "--broker"
         conf = self.app.conf
-        return str(_given().get("broker") or conf.broker_write_url or conf.broker_url or "amqp://")
+        return str(conf.broker_write_url or conf.broker_url or "amqp://"), "the Celery app's broker_url"
 
     def connection(self) -> Connection:
         if _given().get("broker"):

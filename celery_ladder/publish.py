@@ -15,6 +15,7 @@ from kombu import Producer
 from kombu.pools import ProducerPool
 
 from kombu_ladder.index.writer import IndexWriter
+from kombu_ladder.plan import delay_seconds
 from kombu_ladder.producer import LadderProducerMixin, target_name
 
 from .settings import LadderSettings, SettingsCache
@@ -251,6 +252,30 @@ class LadderAMQP(AMQP):
         return self._producer_pool
 
     publisher_pool = producer_pool  # Celery's compat alias
+
+    def as_task_v2(self, task_id: Any, name: Any, args: Any = None, kwargs: Any = None, countdown: Any = None,
+                   *rest: Any, **options: Any) -> Any:
+        """Celery's task message, after :meth:`check_countdown`."""
+        self.check_countdown(countdown)
+        return super().as_task_v2(task_id, name, args, kwargs, countdown, *rest, **options)
+
+    def as_task_v1(self, task_id: Any, name: Any, args: Any = None, kwargs: Any = None, countdown: Any = None,
+                   *rest: Any, **options: Any) -> Any:
+        """Celery's task message (protocol 1), after :meth:`check_countdown`."""
+        self.check_countdown(countdown)
+        return super().as_task_v1(task_id, name, args, kwargs, countdown, *rest, **options)
+
+    def check_countdown(self, countdown: Any) -> None:
+        """Refuse a numeric ``countdown`` longer than ``ladder_max_delay`` before Celery turns it into an
+        ETA (``countdown=10**12`` overflows a datetime deep inside Celery) and before anything is sent.
+
+        Raises:
+            ValueError: naming ``countdown`` and the maximum delay.
+        """
+        if isinstance(countdown, (int, float)) and not isinstance(countdown, bool) and countdown > 0:
+            settings = self.Producer.settings.get()  # type: ignore[attr-defined]  # a per-app subclass
+            if settings.enabled:
+                delay_seconds(countdown, argument="countdown", max_delay=settings.max_delay)
 
     def Router(self, *args: Any, **kwargs: Any) -> Any:  # noqa: N802 - Celery's method name
         """Celery's router, wrapped in a :class:`RouteKeeper`."""

@@ -2,12 +2,31 @@
 
 from __future__ import annotations
 
+from typing import Mapping, Optional
+
 from .errors import LadderError
 
-__all__ = ["DEFAULT_BROKER", "SCHEMES", "SIMULATOR", "UnsupportedBroker", "install_scheme", "require_rabbitmq"]
+__all__ = ["BROKER_ENVS", "DEFAULT_BROKER", "SCHEMES", "SIMULATOR", "UnsupportedBroker", "broker_url",
+           "install_scheme", "require_rabbitmq"]
 
 #: The broker used when none is given: RabbitMQ on this machine, as guest.
 DEFAULT_BROKER = "amqp://guest:guest@127.0.0.1:5672//"
+
+#: The environment variables naming the broker when none is given, in the order they are read: the
+#: ladder's own, then the one Celery reads (so ``kombu-ladder`` in a Celery project talks to its broker).
+BROKER_ENVS = ("KOMBU_LADDER_BROKER", "CELERY_BROKER_URL")
+
+
+def broker_url(given: Optional[str], environ: Mapping[str, str]) -> tuple[str, str]:
+    """Return the broker URL to use and where it came from: ``given`` (``"--broker"``), else the first of
+    :data:`BROKER_ENVS` set and not empty in ``environ`` (its name), else :data:`DEFAULT_BROKER` (``"default"``)."""
+    if given is not None:
+        return given, "--broker"
+    for name in BROKER_ENVS:
+        if environ.get(name):
+            return environ[name], name
+    return DEFAULT_BROKER, "default"
+
 
 #: The simulator's URL scheme (see :mod:`kombu_ladder.simulator`).
 SIMULATOR = "ladder-sim"

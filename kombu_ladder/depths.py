@@ -6,7 +6,7 @@ from typing import Any, NamedTuple, Optional
 
 from .contract import CONTROL, PARKING, rung_names
 
-__all__ = ["QueueDepth", "queue_depths", "LADDER_QUEUES"]
+__all__ = ["QueueDepth", "queue_depths", "waiting_in_queues", "LADDER_QUEUES"]
 
 #: Every queue the ladder uses: the rungs longest first, the control queue, the parking queue.
 LADDER_QUEUES: tuple[str, ...] = (*rung_names(), CONTROL, PARKING)
@@ -49,3 +49,9 @@ def queue_depths(connection: Any) -> list[QueueDepth]:
             except Exception:  # noqa: BLE001 - the broker closed it on a missing queue
                 pass
     return rows
+
+
+def waiting_in_queues(connection: Any) -> int:
+    """Messages waiting in the rungs and the control queue (a missing queue counts none; parked ones are not
+    waiting)."""
+    return sum(row.messages or 0 for row in queue_depths(connection) if row.queue != PARKING)

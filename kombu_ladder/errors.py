@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import Optional
 
-__all__ = ["LadderError", "TopologyConflict", "LadderNotDeclared", "CancellationsUnavailable"]
+__all__ = ["LadderError", "TopologyConflict", "LadderNotDeclared", "CancellationsUnavailable", "missing_extra"]
+
+
+def missing_extra(what: str, extra: str, missing: str, requirement: Optional[str] = None) -> str:
+    """The one-line hint for a missing extra, in the install form the README gives (from a clone: kombu-ladder
+    is not on the package index yet), the same in every hint."""
+    brings = f", which brings {requirement}" if requirement else ""
+    return (f"{what} needs the [{extra}] extra ({missing} is not installed): pip install \".[{extra}]\" from the "
+            f"root of a kombu-ladder clone{brings}")
 
 
 class LadderError(Exception):

@@ -6,11 +6,10 @@ import logging
 from importlib.util import find_spec
 from typing import Any, Callable, Iterator, Optional
 
-from .errors import LadderError
+from .errors import LadderError, missing_extra
 from .observe import LATENESS_BUCKETS, REASONS
 
-E_NO_PROMETHEUS = ('the ladder\'s metrics need prometheus-client: pip install "prometheus-client>=0.17,<1" '
-                   "(kombu-ladder's prometheus extra)")
+E_NO_PROMETHEUS = missing_extra("the metrics endpoint", "prometheus", "prometheus_client", "prometheus-client>=0.17,<1")
 
 if find_spec("prometheus_client") is None:  # say what to install, in one line
     raise ModuleNotFoundError(E_NO_PROMETHEUS, name="prometheus_client")

@@ -11,6 +11,7 @@ import weakref
 from datetime import datetime
 from typing import Any, Callable, Optional
 
+from amqp.basic_message import Message as AmqpMessage
 from kombu import Exchange, Producer
 
 from .compat import PUBLISH_OPTIONS, RETRIED_DECLARES, current_batch
@@ -25,7 +26,7 @@ from .targets import is_internal, name_problem, own_name_problem
 from .text import quote
 from .topology import check_queue_type, declare_or_find
 
-__all__ = ["LadderProducerMixin", "LadderProducer", "target_name"]
+__all__ = ["LadderProducerMixin", "LadderProducer", "check_publish_keywords", "target_name"]
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +78,26 @@ def _publish_arguments(producer: Any, body: Any, routing_key: Optional[str], arg
     params["body"] = body
     params["routing_key"] = routing_key
     return params, properties
+
+
+#: The AMQP basic properties a keyword of ``publish`` may set (kombu passes any other keyword on, and
+#: py-amqp then drops it without a word: ``key="k"`` or ``contdown=5`` would vanish).
+AMQP_PROPERTIES: frozenset[str] = frozenset(name for name, _ in AmqpMessage.PROPERTIES) - {"application_headers"}
+
+
+def check_publish_keywords(kwargs: dict[str, Any], *, own: tuple[str, ...] = ("countdown", "eta")) -> None:
+    """Refuse a keyword neither :meth:`kombu.Producer.publish` nor the ladder takes, as Python refuses one.
+
+    Raises:
+        TypeError: naming the first such keyword.
+    """
+    for name in kwargs:
+        if name not in _NAMED and name not in AMQP_PROPERTIES and name not in own:
+            raise TypeError(
+                f"publish() got an unexpected keyword argument {name!r}: it is neither one of kombu's Producer.publish "
+                f"arguments, nor an AMQP property ({', '.join(sorted(AMQP_PROPERTIES))}), nor the ladder's "
+                f"({', '.join(own)})"
+            )
 
 
 # Targets found deliverable are remembered, so names are checked once, not on every publish; a refused one
@@ -352,3 +373,9 @@ class LadderProducer(LadderProducerMixin, Producer):
             self.clock = clock
         if max_delay is not None:
             self.max_delay = check_max_delay(max_delay)
+
+    def publish(self, body: Any, routing_key: Optional[str] = None, *args: Any, **kwargs: Any) -> Any:
+        """:meth:`LadderProducerMixin.publish`, refusing a keyword neither kombu's ``publish`` nor the
+        ladder takes (:func:`check_publish_keywords`): ``contdown=5`` would otherwise publish at once."""
+        check_publish_keywords(kwargs)
+        return super().publish(body, routing_key, *args, **kwargs)

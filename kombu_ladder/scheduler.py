@@ -121,12 +121,14 @@ class Scheduler:
         """Deliver ``payload`` after ``delay`` (seconds, or a timedelta); return its message id.
 
         Zero or negative delivers immediately. ``**kwargs`` go to
-        :meth:`kombu.Producer.publish` (``headers``, ``serializer``, properties).
+        :meth:`kombu.Producer.publish` (``headers``, ``serializer``, AMQP properties); any other
+        keyword raises :class:`TypeError`, as a misspelt argument does in Python.
         The id is the AMQP ``message_id`` given in ``**kwargs``, or a new UUID;
         pass it to :meth:`cancel`.
 
         Raises:
-            TypeError: ``delay`` is not a number or timedelta, or ``routing_key`` not a str.
+            TypeError: ``delay`` is not a number or timedelta, ``routing_key`` not a str, or a keyword is
+                neither :meth:`kombu.Producer.publish`'s nor an AMQP property.
             ValueError: ``delay`` is NaN, infinite or over ``max_delay`` (:data:`~kombu_ladder.plan.MAX_DELAY`),
                 or ``routing_key`` is empty for the default exchange.
         """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import uuid
@@ -26,11 +27,16 @@ from hypothesis import settings
 from kombu import Connection
 
 from kombu_ladder.permissions import Permissions
+from kombu_ladder.simulator import registry as simulator_registry
 
 # Property tests assert what happens, not how fast: on a shared two-core machine (CI runs its lanes
 # at once) one example of a year's delay, 8,800 hops, can take longer than Hypothesis's 200 ms default.
 settings.register_profile("ladder", deadline=None)
 settings.load_profile("ladder")
+# The simulator names its brokers sim-1, sim-2... in each process, and the CLI keeps an index file per broker URL
+# under ~/.cache: two test processes at once (make test's xdist workers, another checkout's run) would share
+# sim-1's file. Numbered from the pid instead, each process's names are its own.
+simulator_registry._ids = itertools.count(os.getpid() * 10_000 + 1)
 # Celery 5.6's rpc result client reconnects on each quiet poll and can drop a result meanwhile (see the module).
 celery_rpc_polling.apply()
 
@@ -39,6 +45,16 @@ BROKER_FIXTURES = frozenset({"rabbit_vhost", "broker_url", "connection"})
 TESTS = Path(__file__).resolve().parent
 #: The tiers whose every test must be ``unit``: no broker, no Celery worker (tests/README.md).
 PURE_TIERS = ("unit", "sim")
+#: Files ``make test`` runs in its serial pass, alone, after the parallel one (tests/README.md, "In parallel"):
+#: the rolling restart duplicated when SIGTERM landed on a relay still starting on a loaded machine (NOTES, turn 4).
+SERIAL = frozenset({"broker/test_quorum_rolling_restart.py"})
+#: Files whose tests share something: one xdist worker runs each group, its tests in file order. The two
+#: build files build the distribution from the checkout (setuptools writes build/ and *.egg-info in it); the
+#: others have module-scoped fixtures (a worker, a browser, a docs build) whose later tests read what earlier
+#: ones did (test_celery_pool_cli: the worker's counters after the delays test), or that are costly to repeat.
+GROUPS = {"process/test_dist.py": "build", "process/test_packaging.py": "build",
+          **{path: path for path in ("celery_tier/test_celery_pool_cli.py", "celery_tier/test_web_console.py",
+                                     "process/test_docs_render.py")}}
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m selects by these marks
@@ -48,6 +64,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     that is not ``unit`` is in the wrong directory: the run stops and names it."""
     misplaced = []
     for item in items:
+        where = _relative(item)
+        if where in SERIAL:
+            item.add_marker(pytest.mark.serial)
+        if where in GROUPS:
+            item.add_marker(pytest.mark.xdist_group(GROUPS[where]))
         if BROKER_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.broker)
         heavy = [tier for tier in ("broker", "celery", "process") if item.get_closest_marker(tier)]
@@ -58,6 +79,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if misplaced:
         raise pytest.UsageError("tests/unit and tests/sim hold no broker or Celery test; move these to "
                                 "tests/broker or tests/celery_tier:\n  " + "\n  ".join(misplaced))
+
+
+def _relative(item: pytest.Item) -> str:
+    """The test's file under tests/, as a POSIX path ("" outside tests/)."""
+    try:
+        return Path(item.path).resolve().relative_to(TESTS).as_posix()
+    except ValueError:
+        return ""
 
 
 def tier_of(item: pytest.Item) -> str:

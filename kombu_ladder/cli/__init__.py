@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import json
+import logging
+import os
 import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 import click
 from kombu import Connection
+from kombu.utils.url import maybe_sanitize_url
 
 from .. import __version__
-from ..brokers import DEFAULT_BROKER
+from ..brokers import BROKER_ENVS, DEFAULT_BROKER, broker_url
 from ..compat import is_no_args_help
+from ..depths import waiting_in_queues
 from ..index import default_path
 from ..link import clock_of
 from ..relay import RelayOptions
@@ -21,8 +25,10 @@ from . import checks, commands, console, options, oversight, waiting
 __all__ = ["cli", "main", "BROKER_ENV", "Source", "SOURCE", "Command", "Group", "SHARED", "broker",
            "given_options"]
 
-#: The environment variable that names the broker when ``--broker`` is not given.
-BROKER_ENV = "KOMBU_LADDER_BROKER"
+#: The environment variable that names the broker when ``--broker`` is not given (then ``CELERY_BROKER_URL``).
+BROKER_ENV = BROKER_ENVS[0]
+
+logger = logging.getLogger(__name__)
 
 #: Levels ``--log-level`` accepts.
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -48,10 +54,16 @@ class Source:
     #: What a cancel records an id as.
     id_key = "message_id"
 
+    def located(self) -> tuple[str, str]:
+        """The broker URL and where it came from: ``--broker``, else the environment
+        (:func:`~kombu_ladder.brokers.broker_url`: ``KOMBU_LADDER_BROKER``, then ``CELERY_BROKER_URL``), else the
+        default."""
+        return broker_url(_given().get("broker"), os.environ)
+
     @property
     def url(self) -> str:
         """The broker URL."""
-        return str(_given().get("broker", DEFAULT_BROKER))
+        return self.located()[0]
 
     def connection(self) -> Connection:
         """An unconnected connection to :attr:`url` (checked first)."""
@@ -116,9 +128,9 @@ def _common_options(*, top: bool) -> Callable[[Callable[..., Any]], Callable[...
                  "the commands that print their result].",
         )(f)
         return click.option(
-            "--broker", metavar="URL", default=DEFAULT_BROKER if top else None, envvar=BROKER_ENV if top else None,
-            expose_value=False, callback=_remember,
-            help=f"RabbitMQ URL [default: ${BROKER_ENV}, else {DEFAULT_BROKER}].",
+            "--broker", metavar="URL", default=None, expose_value=False, callback=_remember,
+            help=f"RabbitMQ URL [default: ${BROKER_ENVS[0]}, else ${BROKER_ENVS[1]}, else {DEFAULT_BROKER}]; "
+                 f"without it, --log-level INFO says which one was used.",
         )(f)
 
     return decorate
@@ -144,8 +156,18 @@ def _broker(*, log_level: str = commands.QUIET_LOG_LEVEL) -> Iterator[Connection
     """The connected broker (``--broker``, or the Celery app's), with logging set up from ``--log-level``
     (else ``log_level``)."""
     commands.configure_logging(_given().get("log_level") or log_level)
-    with _source().connection() as connection, commands.connected(connection):
+    source = _source()
+    with source.connection() as connection, commands.connected(connection):
+        _say_broker(source)  # once connected: an error stays one line
         yield connection
+
+
+def _say_broker(source: Source) -> None:
+    """Log which broker a command uses and where it came from, so every command can say it: at INFO when it was
+    not given (found in the environment, the app or the default: the surprising case), at DEBUG when it was."""
+    url, origin = source.located()
+    logger.log(logging.DEBUG if origin == "--broker" else logging.INFO, "broker %s (from %s)",
+               maybe_sanitize_url(url), origin)
 
 
 @cli.command()
@@ -244,21 +266,23 @@ def _now_ms(connection: Optional[Connection]) -> int:
 
 
 @contextmanager
-def _index(index_path: Optional[str], no_sync: bool) -> Iterator[tuple[Any, int]]:
-    """The index (read up to date from --broker unless ``no_sync``) and now, in epoch ms."""
-    url = _source().url
+def _index(index_path: Optional[str], no_sync: bool) -> Iterator[tuple[Any, int, Optional[Connection]]]:
+    """The index (read up to date from --broker unless ``no_sync``), now in epoch ms, and the connection."""
+    source = _source()
+    url = source.url
     if no_sync:
         commands.configure_logging(_given().get("log_level") or commands.QUIET_LOG_LEVEL)
+        _say_broker(source)
         store = waiting.open_index(url, index_path)
         try:
-            yield store, _now_ms(None)
+            yield store, _now_ms(None), None
         finally:
             store.close()
         return
     with _broker() as connection:
         store = waiting.open_index(url, index_path, connection)
         try:
-            yield store, _now_ms(connection)
+            yield store, _now_ms(connection), connection
         finally:
             store.close()
 
@@ -286,7 +310,7 @@ def waiting_find(ident: str, as_json: bool, index_path: Optional[str], no_sync: 
 
     Exit status 1 when the index has no message with ID.
     """
-    with _index(index_path, no_sync) as (store, now):
+    with _index(index_path, no_sync) as (store, now, _):
         waiting.find(store, ident, now, as_json=as_json)
 
 
@@ -313,8 +337,9 @@ def waiting_list(due_before: Optional[int], due_after: Optional[int], target: Op
     """List waiting messages, soonest due first, a page at a time."""
     found = waiting.filter_of(due_before=due_before, due_after=due_after, target=target, routing_key=routing_key,
                               task=task, everything=everything)
-    with _index(index_path, no_sync) as (store, now):
-        waiting.listing(store, found, now, limit=limit, offset=offset, as_json=as_json)
+    with _index(index_path, no_sync) as (store, now, connection):
+        in_queues = None if connection is None else waiting_in_queues(connection)
+        waiting.listing(store, found, now, limit=limit, offset=offset, as_json=as_json, waiting_in_queues=in_queues)
 
 
 @waiting_group.command(name="count")
@@ -330,7 +355,7 @@ def waiting_count(by: Optional[str], due_before: Optional[int], due_after: Optio
     """Count waiting messages: in all, or per due hour, target or Celery task name (--by)."""
     found = waiting.filter_of(due_before=due_before, due_after=due_after, target=target, routing_key=routing_key,
                               task=task, everything=everything)
-    with _index(index_path, no_sync) as (store, now):
+    with _index(index_path, no_sync) as (store, now, _):
         waiting.count(store, found, now, by=by, as_json=as_json)
 
 

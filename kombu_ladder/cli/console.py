@@ -6,6 +6,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import click
 
+from ..errors import missing_extra
 from ..tuning import CONSOLE
 from ..web.options import DEFAULT_HOST, ConsoleOptions
 from ..web.security import Auth, check_secret
@@ -20,7 +21,7 @@ __all__ = ["PASSWORD_ENV", "TOKEN_ENV", "E_EXTRA", "web_options", "console_optio
 PASSWORD_ENV = "KOMBU_LADDER_WEB_PASSWORD"
 TOKEN_ENV = "KOMBU_LADDER_WEB_TOKEN"
 
-E_EXTRA = "the web console needs the [web] extra ({missing} is not installed): pip install 'kombu-ladder[web]'"
+E_EXTRA = missing_extra("the web console", "web", "{missing}")
 
 host_option = _option("--host", default=DEFAULT_HOST, show_default=True, metavar="ADDRESS",
                       help="The address to listen on. Anything but loopback needs --password-file or --token-file.")

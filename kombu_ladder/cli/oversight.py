@@ -11,7 +11,7 @@ import click
 
 from ..depths import queue_depths
 from ..health import DEFAULT_MAX_BACKLOG, cancellation_findings, healthy, queue_findings, relay_count, topology_findings
-from ..peek import DEFAULT_LIMIT, FindResult, Progress, Sighting, find
+from ..peek import DEFAULT_LIMIT, FindResult, Progress, Sighting, find, live_cancellations, state_of
 from ..rescheduling import Rescheduled, reschedule
 from ..topology import resolve_queue_type
 from .commands import CommandError, emit
@@ -79,9 +79,10 @@ def _when(due_at: Optional[int], now: float) -> str:
     return f"{stamp.isoformat(timespec='milliseconds').replace('+00:00', 'Z')}, {relative}"
 
 
-def sighting_lines(sighting: Sighting, now: float) -> list[str]:
-    """Render where one message waits, when it falls due and where it goes."""
+def sighting_lines(sighting: Sighting, now: float, state: Optional[str] = None) -> list[str]:
+    """Render where one message waits, its state, when it falls due and where it goes."""
     lines = [f"{sighting.queue}: message {sighting.position} of {sighting.depth}",
+             *([f"state   {state}"] if state is not None else []),
              f"due     {_when(sighting.due_at, now)}",
              f"target  exchange {sighting.exchange!r}, routing key {sighting.routing_key!r}"]
     if sighting.task:
@@ -132,15 +133,18 @@ def find_message(connection: Any, ident: str, *, limit: int = DEFAULT_LIMIT, eve
     if not result.found:
         more = E_TRUNCATED.format(limit=limit) if result.truncated else ""
         raise CommandError(E_NOT_FOUND.format(ident=ident, looked_at=result.looked_at, more=more))
+    live = live_cancellations(connection)  # is it cancelled? as a relay would decide now
+    states = [state_of(s, live, int(now * 1000)) for s in result.found]
     if as_json:
-        emit(json.dumps({"found": [s.__dict__ for s in result.found], "looked_at": result.looked_at,
+        emit(json.dumps({"found": [{**s.__dict__, "state": state} for s, state in zip(result.found, states)],
+                         "looked_at": result.looked_at,
                          "seconds": round(result.seconds, 3), "truncated": result.truncated}, indent=2,
                         sort_keys=True))
         return result
     for index, sighting in enumerate(result.found):
         if index:
             emit()
-        for line in sighting_lines(sighting, now):
+        for line in sighting_lines(sighting, now, states[index]):
             emit(line)
     emit(I_LOOKED.format(looked_at=result.looked_at, seconds=result.seconds))
     return result

@@ -164,11 +164,28 @@ def find(store: IndexStore, ident: str, now_ms: int, *, as_json: bool = False) -
 
 _LIST_ROW = "{:<24} {:<9} {:<36} {:<28} {}"
 
+#: On stderr after ``waiting list`` when the rungs hold more than the index knows of.
+I_UNINDEXED = ("{n} message(s) wait in the ladder that the index does not list: only what producers with the index "
+               "on scheduled is listed (LadderProducer(channel, index=True), Scheduler.on(connection, index=True), "
+               "Celery's ladder_index = True); 'kombu-ladder status' shows the rung depths")
+
+
+def unindexed(waiting_in_queues: int, store: IndexStore, now_ms: int) -> int:
+    """How many of the ``waiting_in_queues`` messages (the rungs' and the control queue's depths) the index does
+    not know of: those beyond its entries not due yet, cancelled or not (a cancelled one waits until a relay drops
+    it). Messages a relay holds for their last seconds are in no queue, so this never overcounts them."""
+    indexed = store.count(Filter(due_after=now_ms, everything=True), now_ms)[0][1]
+    return max(0, waiting_in_queues - int(indexed))
+
 
 def listing(store: IndexStore, found: Filter, now_ms: int, *, limit: int = 50, offset: int = 0,
-            as_json: bool = False) -> list[Row]:
-    """Print one page of the entries ``found`` covers, soonest due first."""
+            as_json: bool = False, waiting_in_queues: Optional[int] = None) -> list[Row]:
+    """Print one page of the entries ``found`` covers, soonest due first; with ``waiting_in_queues`` (the ladder's
+    queue depths), a line on stderr saying how many of those the index does not list, and how to list them."""
     rows = store.listing(found, now_ms, limit=limit, offset=offset)
+    missing = unindexed(waiting_in_queues, store, now_ms) if waiting_in_queues is not None else 0
+    if missing:
+        click.echo(I_UNINDEXED.format(n=missing), err=True)
     if as_json:
         emit(json.dumps({"rows": [row_fields(r) for r in rows], "offset": offset, "limit": limit}, indent=2,
                         sort_keys=True))

@@ -29,7 +29,7 @@ from ..depths import QueueDepth
 from ..index import Filter, IndexStore, IndexUnavailable, Row, ids_of, sync
 from ..link import clock_of
 from ..parking import Parked, discard, parked_messages, replay
-from ..peek import find
+from ..peek import find, live_cancellations, state_of
 from ..rescheduling import RESCHEDULED_QUEUES, reschedule
 from ..sampler import QueueSampler
 from .options import ConsoleOptions
@@ -83,6 +83,8 @@ class Look:
     looked_at: int = 0
     seconds: float = 0.0
     error: Optional[str] = None
+    #: Its state as a relay would decide now: waiting, cancelled or parked (see :func:`~kombu_ladder.peek.state_of`).
+    state: Optional[str] = None
 
 
 @dataclass
@@ -270,6 +272,7 @@ class Console:
             with self._broker() as conn:
                 result = find(conn, ident, limit=self.options.look_limit, queues=queues,
                               take=lambda channel, message: captured.append(message))
+                state = state_of(result.found[0], live_cancellations(conn), self.now_ms()) if result.found else None
         except Exception as exc:  # noqa: BLE001 - shown on the page; the next view looks again
             found = Look(done=True, error=str(exc) or type(exc).__name__)
         else:
@@ -278,7 +281,8 @@ class Console:
                 sighting, message = result.found[0], captured[0]
                 seen = Seen(sighting.queue, sighting.position, sighting.depth, dict(message.headers or {}),
                             dict(getattr(message, "properties", None) or {}), bytes_of(message.body))
-            found = Look(done=True, seen=seen, looked_at=result.looked_at, seconds=time.monotonic() - started)
+            found = Look(done=True, seen=seen, looked_at=result.looked_at, seconds=time.monotonic() - started,
+                         state=state)
         with self._looks:
             if len(self._looked) > 1000:
                 self._looked.clear()

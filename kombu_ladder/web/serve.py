@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 import signal
+import sys
 import threading
-from typing import Any
+from typing import Any, Optional
 
 from .app import create_app
 from .console import Console
@@ -14,8 +15,16 @@ __all__ = ["serve"]
 
 logger = logging.getLogger("kombu_ladder.web")
 
-I_SERVING = "ladder console on http://%s:%d/%s"
+#: The one line printed on stdout once the console listens (as uvicorn and Flower print theirs): the URL to open.
+I_SERVING = "ladder console on http://{host}:{port}/{read_only}"
 I_STOPPED = "ladder console stopped"
+
+
+def serving_line(address: Any, *, read_only: bool) -> str:
+    """The line naming the URL to open, from the listening socket's address (the port bound, for --port 0)."""
+    host, port = address[0], address[1]
+    host = f"[{host}]" if ":" in host else host
+    return I_SERVING.format(host=host, port=port, read_only=" (read-only)" if read_only else "")
 
 #: The signals that stop the console (uvicorn shuts down gracefully on each, then raises it again).
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -43,15 +52,21 @@ def serve(console: Console, *, log_level: str = "warning") -> None:
     previous = {sig: signal.signal(sig, _stop) for sig in STOP_SIGNALS} if main else {}
     try:
         console.start()
-        host = f"[{options.host}]" if ":" in options.host else options.host
-        logger.warning(I_SERVING, host, options.port, " (read-only)" if options.read_only else "")
         config = uvicorn.Config(app, host=options.host, port=options.port, log_level=log_level.lower(),
                                 server_header=False, proxy_headers=False, access_log=False)
-        uvicorn.Server(config).run()
+
+        class Server(uvicorn.Server):  # type: ignore[misc]  # uvicorn is untyped where mypy runs without the extra
+            async def startup(self, sockets: Optional[list[Any]] = None) -> None:
+                await super().startup(sockets)
+                if self.started:  # listening: say where, once, on stdout
+                    address = self.servers[0].sockets[0].getsockname()
+                    print(serving_line(address, read_only=options.read_only), file=sys.stdout, flush=True)
+
+        Server(config).run()
     except _Stopped:
         pass
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         console.stop()
-        logger.warning(I_STOPPED)
+        logger.info(I_STOPPED)

@@ -296,8 +296,9 @@ def test_without_prometheus_client_the_relay_says_what_to_install() -> None:
             f"sys.exit(main(['relay', '--broker', {UNREACHABLE!r}, '--metrics-port', '9808']))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
-    assert done.stderr.strip() == ('Error: the ladder\'s metrics need prometheus-client: '
-                                   'pip install "prometheus-client>=0.17,<1" (kombu-ladder\'s prometheus extra)')
+    assert done.stderr.strip() == ('Error: the metrics endpoint needs the [prometheus] extra (prometheus_client is '
+                                   'not installed): pip install ".[prometheus]" from the root of a kombu-ladder '
+                                   'clone, which brings prometheus-client>=0.17,<1')
     assert extra_requirement("prometheus") in done.stderr
     # And kombu_ladder itself works without it.
     plain = subprocess.run([sys.executable, "-c", "import sys; sys.modules['prometheus_client'] = None\n"

@@ -13,6 +13,7 @@ from helpers import celery_ladder_cli, drain, list_queues, vhost_url, wait_for
 from kombu import Connection
 
 from kombu_ladder import LadderProducer, declare
+from kombu_ladder import cancel as kombu_cancel
 from kombu_ladder.contract import CONTROL, PARKING, rung_name, rung_names
 from kombu_ladder.depths import QueueDepth
 from kombu_ladder.health import queue_findings
@@ -165,9 +166,10 @@ def test_find_shows_the_rung_and_due_time_and_leaves_the_queue_as_it_was(fresh_v
         assert done.returncode == 0, done.stderr
         lines = done.stdout.splitlines()
         assert lines[0] == f"{rung}: message 1501 of 2000"
-        assert lines[1].startswith("due     ") and ", in 23" in lines[1]
-        assert lines[2] == "target  exchange 'billing', routing key 'invoice.due'"
-        assert lines[3].startswith("looked at 1501 message(s) in ")  # the 1h rung is empty; it stops at the match
+        assert lines[1] == "state   waiting"  # no cancellation was ever recorded here: the stream does not exist
+        assert lines[2].startswith("due     ") and ", in 23" in lines[2]
+        assert lines[3] == "target  exchange 'billing', routing key 'invoice.due'"
+        assert lines[4].startswith("looked at 1501 message(s) in ")  # the 1h rung is empty; it stops at the match
         result = find(conn, "m-7", first=False)
         assert [(s.queue, s.position) for s in result.found] == [(rung, 8)] and not result.truncated
         missing = run(url, "find", "nope", "--limit", "10")
@@ -176,6 +178,28 @@ def test_find_shows_the_rung_and_due_time_and_leaves_the_queue_as_it_was(fresh_v
                                   "acemq.schedule.due and acemq.schedule.parked (stopped at --limit 10); it may be "
                                   "delivered already, or at a relay on its way to its next queue\n")
         assert drain_ids(conn, rung) == published, "every message is back, in its order"
+
+
+@pytest.mark.broker
+def test_find_shows_a_cancelled_message_that_still_waits_as_cancelled(fresh_vhost: str) -> None:
+    """Issue 40: the scan showed a cancelled message as if it would be delivered (``waiting find`` said cancelled)."""
+    url = vhost_url(fresh_vhost)
+    with Connection(url) as conn:
+        declare(conn)
+        producer = LadderProducer(conn.default_channel)
+        producer.publish(b"w", routing_key="t.find", countdown=7200, message_id="keep-me")
+        producer.publish(b"w", routing_key="t.find", countdown=7200, message_id="drop-me")
+        producer.publish(b"[[], {}, {}]", routing_key="t.find", countdown=7200, correlation_id="task-1",
+                         headers={"task": "billing.send_invoice", "id": "task-1"})
+        kombu_cancel(conn, "drop-me")
+        kombu_cancel(conn, "task-1")
+    for ident, state in (("keep-me", "waiting"), ("drop-me", "cancelled"), ("task-1", "cancelled")):
+        done = run(url, "find", ident)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines()[1] == f"state   {state}", done.stdout
+        as_json = run(url, "find", ident, "--json")
+        assert [s["state"] for s in json.loads(as_json.stdout)["found"]] == [state]
+    assert celery_ladder_cli(url, "show", "task-1").stdout.splitlines()[1] == "state   cancelled"
 
 
 @pytest.mark.broker

@@ -44,12 +44,13 @@ def test_a_countdown_task_is_shown_with_its_rung_and_due_time(fresh_vhost: str) 
         rung, position, depth = shown.group(1), int(shown.group(2)), int(shown.group(3))
         # countdown=600 waits in the 10m rung, or in the 1m rung when a millisecond passed before it was placed.
         assert rung in (rung_names()[1], rung_names()[2]) and depth == depths[rung]
-        due = re.match(r"due     (\S+)Z, in (\d+\.\d) s$", lines[1])
-        assert due is not None, lines[1]
+        assert lines[1] == "state   waiting"
+        due = re.match(r"due     (\S+)Z, in (\d+\.\d) s$", lines[2])
+        assert due is not None, lines[2]
         due_at = datetime.datetime.fromisoformat(due.group(1)).replace(tzinfo=datetime.timezone.utc).timestamp()
         assert before + 600 - 0.001 <= due_at <= after + 600 + 0.001
-        assert lines[2] == f"target  exchange '', routing key '{POOL_QUEUE}'"
-        assert lines[3] == f"task    poolapp.when[{wanted}]"
+        assert lines[3] == f"target  exchange '', routing key '{POOL_QUEUE}'"
+        assert lines[4] == f"task    poolapp.when[{wanted}]"
         assert {row.queue: row.messages for row in queue_depths(conn) if row.queue in rung_names()} == depths
         waiting = {queue: task_ids(conn, queue) for queue in rung_names()}
         assert waiting[rung][position - 1] == wanted

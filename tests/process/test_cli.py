@@ -17,7 +17,8 @@ from helpers import celery_ladder_cli, list_consumers, vhost_url, wait_for
 from kombu import Connection, Producer, Queue
 
 from kombu_ladder import Scheduler, declare
-from kombu_ladder.brokers import UnsupportedBroker, require_rabbitmq
+from kombu_ladder.brokers import DEFAULT_BROKER, UnsupportedBroker, require_rabbitmq
+from kombu_ladder.brokers import broker_url as resolve_broker
 from kombu_ladder.cli import main
 from kombu_ladder.contract import (
     CONTROL,
@@ -195,6 +196,35 @@ def test_the_environment_names_the_broker_and_the_option_overrides_it(connection
     one_line_error(run("--broker", UNREACHABLE, "status", KOMBU_LADDER_BROKER=broker_url), 69)
     # Given twice, the one after the command wins.
     assert run("--broker", UNREACHABLE, "status", "--broker", broker_url).returncode == 0
+
+
+@pytest.mark.parametrize("given,environ,expected", [
+    (None, {}, (DEFAULT_BROKER, "default")),
+    (None, {"CELERY_BROKER_URL": "amqp://c//"}, ("amqp://c//", "CELERY_BROKER_URL")),
+    (None, {"CELERY_BROKER_URL": "amqp://c//", "KOMBU_LADDER_BROKER": "amqp://k//"},
+     ("amqp://k//", "KOMBU_LADDER_BROKER")),
+    (None, {"CELERY_BROKER_URL": "amqp://c//", "KOMBU_LADDER_BROKER": ""}, ("amqp://c//", "CELERY_BROKER_URL")),
+    ("amqp://b//", {"CELERY_BROKER_URL": "amqp://c//", "KOMBU_LADDER_BROKER": "amqp://k//"},
+     ("amqp://b//", "--broker")),
+])
+def test_the_broker_is_the_option_then_the_ladders_variable_then_celerys(given: Any, environ: dict[str, str],
+                                                                         expected: tuple[str, str]) -> None:
+    assert resolve_broker(given, environ) == expected
+
+
+@pytest.mark.broker
+def test_in_a_celery_project_the_cli_talks_to_celery_broker_url_and_says_so(connection: Connection,
+                                                                            broker_url: str) -> None:
+    env = {name: value for name, value in os.environ.items() if name != "KOMBU_LADDER_BROKER"}
+    done = subprocess.run([sys.executable, "-m", "kombu_ladder", "status", "--log-level", "INFO"],
+                          capture_output=True, text=True, timeout=60, env={**env, "CELERY_BROKER_URL": broker_url})
+    assert done.returncode == 0, done.stderr
+    vhost = broker_url.rsplit("/", 1)[1]
+    assert re.search(rf"broker amqp://guest:\*+@127\.0\.0\.1:\d+/{re.escape(vhost)} \(from CELERY_BROKER_URL\)",
+                     done.stderr), done.stderr
+    assert "guest:guest" not in done.stderr
+    # The ladder's own variable comes first, then CELERY_BROKER_URL.
+    one_line_error(run("status", KOMBU_LADDER_BROKER=UNREACHABLE, CELERY_BROKER_URL=broker_url), 69)
 
 
 @pytest.mark.broker

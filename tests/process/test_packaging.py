@@ -18,8 +18,8 @@ pytestmark = pytest.mark.process
 ROOT = Path(__file__).resolve().parents[2]
 
 #: What ``import celery_ladder`` says, on its last line, where Celery is not installed.
-HINT = ('ModuleNotFoundError: celery_ladder needs Celery: pip install "celery>=5.3,<6" '
-        "(kombu-ladder's celery extra)")
+HINT = ('ModuleNotFoundError: celery_ladder needs the [celery] extra (celery is not installed): '
+        'pip install ".[celery]" from the root of a kombu-ladder clone, which brings celery>=5.3,<6')
 
 
 def without_celery(code: str) -> subprocess.CompletedProcess[str]:

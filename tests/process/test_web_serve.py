@@ -3,6 +3,7 @@ no action, and SIGTERM or SIGINT stops it with exit status 0."""
 
 from __future__ import annotations
 
+import re
 import signal
 import socket
 import subprocess
@@ -88,3 +89,25 @@ def test_a_read_only_console_has_no_action(served: Served) -> None:
     assert served.get("/confirm/cancel?id=x")[0] == 404
     code, out = served.stop()
     assert code == 0, out
+
+
+def test_it_prints_the_url_to_open_on_stdout_and_warns_of_nothing(tmp_path: Path) -> None:
+    """Issue 40: one line on stdout with the URL (the port bound, with --port 0), as uvicorn and Flower print
+    theirs; nothing logged at WARNING while it starts and serves."""
+    proc = subprocess.Popen(
+        [str(VENV_BIN / "kombu-ladder"), "web", "--broker", f"ladder-sim://web-url-{id(tmp_path)}", "--port", "0",
+         "--index", str(tmp_path / "index.sqlite")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().rstrip("\n")  # blocks until it listens, or ends empty if it died
+        match = re.fullmatch(r"ladder console on (http://127\.0\.0\.1:(\d+)/)", line)
+        assert match and int(match.group(2)) != 0, (line, proc.poll())
+        with urllib.request.urlopen(match.group(1), timeout=10) as answer:
+            assert answer.status == 200
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert out == "", out  # the URL was the one line
+    assert "WARNING" not in err and "ladder console stopped" in err, err

@@ -310,3 +310,38 @@ def test_a_producer_without_the_indexer_rights_schedules_unindexed_and_says_so_o
     backend.broker.set_permissions()
     with backend.connection() as conn:
         assert depth(conn, "acemq.schedule.1h") == 5
+
+
+def test_waiting_list_says_how_many_wait_unindexed_and_how_producers_turn_the_index_on(
+        backend: SimulatorBackend, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 40: messages nobody indexed gave an empty list and exit 0, without a word."""
+    with backend.connection() as conn:
+        declare_target(conn, "t.index")
+        indexed = _schedule(conn, backend, 3)
+        with Scheduler.on(conn, relay=False, clock=backend.clock) as plain:  # the index off, as by default
+            for i in range(4):
+                plain.in_(HOUR + i, b"{}", routing_key="t.index")
+    index = tmp_path / "index.sqlite"
+    code, out, err = _cli(backend, index, "waiting", "list", capsys=capsys)
+    assert code == 0, err
+    assert [line.split()[2] for line in out.splitlines()[1:]] == indexed
+    assert ("4 message(s) wait in the ladder that the index does not list: only what producers with the index on "
+            "scheduled is listed (LadderProducer(channel, index=True), Scheduler.on(connection, index=True), Celery's "
+            "ladder_index = True); 'kombu-ladder status' shows the rung depths") in err
+    code, out, err = _cli(backend, index, "waiting", "list", "--json", capsys=capsys)  # the same on stderr
+    assert code == 0 and "4 message(s) wait in the ladder that the index does not list" in err
+    with backend.connection() as conn:
+        _schedule(conn, backend, 1, start=3)
+    code, out, err = _cli(backend, index, "waiting", "list", capsys=capsys)
+    assert code == 0 and "4 message(s) wait" in err  # one more indexed, as many unindexed
+    code, out, err = _cli(backend, index, "waiting", "list", "--no-sync", capsys=capsys)
+    assert code == 0 and "the index does not list" not in err  # no broker asked: nothing to compare with
+
+
+def test_waiting_list_of_an_indexed_ladder_says_nothing_more(backend: SimulatorBackend, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    with backend.connection() as conn:
+        declare_target(conn, "t.index")
+        _schedule(conn, backend, 5)
+    code, out, err = _cli(backend, tmp_path / "index.sqlite", "waiting", "list", capsys=capsys)
+    assert code == 0 and len(out.splitlines()) == 6 and "does not list" not in err

@@ -75,7 +75,8 @@ def test_one_table_names_every_field_of_the_settings() -> None:
 
 
 @pytest.mark.parametrize("value", [
-    (datetime.now(timezone.utc) + timedelta(seconds=3600)).isoformat(),  # what Celery writes
+    pytest.param((datetime.now(timezone.utc) + timedelta(seconds=3600)).isoformat(),  # what Celery writes
+                 id="in-an-hour"),  # one id in every process: xdist workers compare them
     "2030-01-01T00:00:00+00:00",
     "2030-01-01T00:00:00.500000+02:00",
     "2030-01-01T00:00:00Z",             # not an isoformat() output: the long way

@@ -19,6 +19,7 @@ with warnings.catch_warnings():  # Starlette 1.x would rather have httpx2; httpx
     warnings.filterwarnings("ignore", "Using `httpx` with")
     from starlette.testclient import TestClient
 
+from kombu_ladder.cancellation.stream import cancel_many  # noqa: E402
 from kombu_ladder.contract import PARKED_REASON, PARKING  # noqa: E402
 from kombu_ladder.index import IndexStore  # noqa: E402
 from kombu_ladder.parking import PARKED_ID  # noqa: E402
@@ -130,6 +131,16 @@ def test_a_message_page_shows_where_it_waits_and_its_args(world: World) -> None:
     assert "acemq.schedule.10m" in page
     assert "celery" in page and "<h4>args</h4>" in page
     assert "x-schedule-due-at" in page
+    assert '<dt>state</dt><dd class="state-waiting">waiting</dd>' in page
+
+
+def test_a_message_page_shows_a_cancelled_message_that_still_waits_as_cancelled(world: World) -> None:
+    """Issue 40: the look into the queues said nothing of a cancellation (the index's row did)."""
+    ident = world.tasks[3]
+    cancel_many(world.connection, [ident], key="task_id")
+    assert world.looked(ident).state == "cancelled"
+    page = world.client.get(f"/message?id={ident}").text
+    assert '<dt>state</dt><dd class="state-cancelled">cancelled</dd>' in page
 
 
 @pytest.mark.parametrize("path,field,source", [
