@@ -13,6 +13,7 @@ from kombu import Connection, Consumer, Queue
 from .cancellation.records import STREAM, LiveSet, RecordError, decode, encode_marker
 from .carry import bytes_of, confirming, prepare_copy
 from .contract import CONTROL, EXCHANGE, PARKING, rung_names
+from .controlplane import MARKER, accepts
 from .envelope import strip_death
 from .errors import LadderError
 from .index.records import STREAM as INDEX
@@ -224,7 +225,9 @@ def read_cancellations(source: Connection, *, clock: Callable[[], float] = time.
             except RecordError:
                 pass
             else:
-                if record.kind == "cancel":
+                if not accepts(record.kind, (message.delivery_info or {}).get("exchange")):
+                    pass  # not written through its kind's exchange: forged, skipped
+                elif record.kind == "cancel":
                     live.add(record, now)
                 elif record.id == token:
                     done.append(True)
@@ -234,7 +237,8 @@ def read_cancellations(source: Connection, *, clock: Callable[[], float] = time.
                                                    consumer_arguments={"x-stream-offset": read_from(clock())})],
                             on_message=on_record, prefetch_count=RECORD_PREFETCH, no_ack=False, accept=None)
         consumer.consume()
-        channel.basic_publish(channel.prepare_message(encode_marker(token, at=now)), exchange="", routing_key=STREAM)
+        channel.basic_publish(channel.prepare_message(encode_marker(token, at=now)), exchange=MARKER.exchange,
+                              routing_key=STREAM)
         deadline = time.monotonic() + CATCH_UP_TIMEOUT
         while not done:
             if time.monotonic() > deadline:

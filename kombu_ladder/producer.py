@@ -15,6 +15,7 @@ from kombu import Exchange, Producer
 
 from .compat import PUBLISH_OPTIONS, RETRIED_DECLARES, current_batch
 from .contract import EXCHANGE, MESSAGE_TYPE, RUNGS, rung_name
+from .controlplane import ENTRY
 from .envelope import scheduled_content_header, scheduled_headers
 from .index.records import STREAM as INDEX_STREAM
 from .index.records import entry as index_entry
@@ -154,8 +155,8 @@ class LadderProducerMixin:
             writer.flush(self._send_index_record, self._declare_index)
 
     def _send_index_record(self, record: bytes) -> Any:
-        """Publish one index record on this producer's channel (the default exchange, routed to the stream)."""
-        return Producer.publish(self, record, routing_key=INDEX_STREAM, exchange="",  # type: ignore[arg-type]
+        """Publish one index record on this producer's channel (the entry exchange, routed to the stream)."""
+        return Producer.publish(self, record, routing_key=INDEX_STREAM, exchange=ENTRY.exchange,  # type: ignore[arg-type]
                                 content_type="application/json", content_encoding="utf-8", compression="",
                                 delivery_mode=2, retry=False)
 

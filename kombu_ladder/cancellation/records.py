@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from ..contract import RUNGS
+from ..controlplane import CANCEL, CANCELLATIONS, MARKER
+from ..controlplane import STREAM_ARGUMENTS as _STREAM_ARGUMENTS
 from ..jsonrecords import load_object, millis
 
 __all__ = [
@@ -17,17 +19,17 @@ __all__ = [
 
 #: The durable stream that holds every cancellation record. An extension of ours: it is not an
 #: AceMQ contract name (``acemq.schedule*`` is the contract's), and no AceMQ peer reads it.
-STREAM = "ladder.cancellations"
-#: Its arguments (part of the topology: other relays of ours declare the stream with these, so they do
-#: not change). Retention (``x-max-age``) is longer than the longest delay the ladder accepts; what a
-#: relay *reads* is bounded instead: the records of the last :data:`LIFE` (see ``relay.cancelwatch``).
-STREAM_ARGUMENTS = {"x-queue-type": "stream", "x-max-age": "11Y"}
+STREAM = CANCELLATIONS
+#: Its arguments (the control plane's table: see :mod:`kombu_ladder.controlplane`). Retention (``x-max-age``)
+#: is longer than the longest delay the ladder accepts; what a relay *reads* is bounded instead: the
+#: records of the last :data:`LIFE` (see ``relay.cancelwatch``).
+STREAM_ARGUMENTS = dict(_STREAM_ARGUMENTS)
 #: The exchange cancellers publish their records to, bound to the stream: writing it is the right to
-#: cancel, and nothing more (write on the default exchange would reach every queue of the vhost).
-#: Same name as the stream: one permission regexp covers both.
-STREAM_EXCHANGE = STREAM
-#: Its type: every record it takes goes to the stream, whatever the routing key.
-STREAM_EXCHANGE_TYPE = "fanout"
+#: cancel, and nothing more. A reader accepts a cancellation only from it (a record written through the
+#: default exchange, which reaches every queue of the vhost by name, is skipped).
+STREAM_EXCHANGE = CANCEL.exchange
+#: Its type (direct: the stream's name is the routing key).
+STREAM_EXCHANGE_TYPE = CANCEL.type
 #: How long (ms) a message may wait in ``acemq.schedule.due`` before a relay takes it (every relay
 #: down, a backlog) and still be dropped when its cancellation is: past its due time, or past the
 #: moment it left its rung.
@@ -48,8 +50,8 @@ MAX_ID_BYTES = 255
 #: A record bigger than this is not one of ours: it is skipped unread.
 MAX_RECORD_BYTES = 4096
 #: The ``ladder`` field of a cancellation, and of the marker a relay writes to know it has caught up.
-KIND_CANCEL = "cancel"
-KIND_MARKER = "marker"
+KIND_CANCEL = CANCEL.name
+KIND_MARKER = MARKER.name
 #: What the canceller said its id was: the AMQP ``message_id`` (Kombu), or a Celery task id, which
 #: Celery sends as the ``correlation_id`` of a task message (and not as its ``message_id``). A relay
 #: matches a record against both whatever its key says (one meaning for an id); relays

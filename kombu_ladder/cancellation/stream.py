@@ -9,20 +9,19 @@ from typing import Any, Callable, Iterable, Optional, Union
 from kombu import Producer
 
 from ..carry import waiting_for_confirms
+from ..controlplane import declare_control_plane
 from ..errors import CancellationsUnavailable
 from ..link import clock_of, close_quietly
 from ..plan import to_millis
-from .records import STREAM, STREAM_ARGUMENTS, STREAM_EXCHANGE, STREAM_EXCHANGE_TYPE, check_id, encode
+from .records import STREAM, STREAM_ARGUMENTS, STREAM_EXCHANGE, check_id, encode
 
 __all__ = ["cancel", "cancel_many", "declare_stream", "declare_cancellations", "CancellationsUnavailable"]
 
 logger = logging.getLogger(__name__)
 
 I_CANCELLED = "recorded a cancellation for id %r (due %s) in %s"
-I_FALLBACK = ("the exchange %s cannot take cancellations (%s); recording them through the default exchange "
-              "(run 'kombu-ladder declare' to create it)")
-E_UNAVAILABLE = ("cannot record cancellations: the exchange {exchange} {problem}, and writing to the stream "
-                 "{stream} through the default exchange was refused too ({reason}). A canceller needs write on "
+I_DECLARED = "the exchange %s %s; declared the control plane, and recorded the cancellations"
+E_UNAVAILABLE = ("cannot record cancellations: the exchange {exchange} {problem}. A canceller needs write on "
                  "{exchange} (kombu_ladder.permissions.canceller), and the operator declares the exchange and "
                  "binds it with 'kombu-ladder declare' (or 'celery ladder declare')")
 
@@ -41,19 +40,17 @@ def declare_stream(channel: Any) -> None:
 
 
 def declare_cancellations(connection_or_channel: Any) -> None:
-    """Declare the stream, the exchange cancellers publish to
-    (:data:`~kombu_ladder.cancellation.records.STREAM_EXCHANGE`) and its binding to the stream: what the
-    operator's ``declare`` sets up. On a channel of its own when given a :class:`kombu.Connection`."""
+    """Declare the control plane (:func:`~kombu_ladder.controlplane.declare_control_plane`): the stream, the
+    exchange cancellers publish to (:data:`~kombu_ladder.cancellation.records.STREAM_EXCHANGE`) and its
+    binding, with the other kinds'. What the operator's ``declare`` sets up. On a channel of its own when
+    given a :class:`kombu.Connection`."""
     if hasattr(connection_or_channel, "default_channel"):
         channel = connection_or_channel.channel()
         try:
-            return declare_cancellations(channel)
+            return declare_control_plane(channel)
         finally:
             close_quietly(channel)
-    channel = connection_or_channel
-    declare_stream(channel)
-    channel.exchange_declare(STREAM_EXCHANGE, STREAM_EXCHANGE_TYPE, durable=True, auto_delete=False)
-    channel.queue_bind(STREAM, STREAM_EXCHANGE, "")
+    declare_control_plane(connection_or_channel)
 
 
 def _due_ms(due: Due) -> Optional[int]:
@@ -88,11 +85,10 @@ def cancel_many(connection: Any, message_ids: Iterable[str], *, due: Due = None,
             task ids (which Celery sends as a task message's ``correlation_id``). Relays of this
             release match both whatever it says; older ones match only the one named.
 
-    The records go to the exchange ``ladder.cancellations`` (bound to the stream by the
-    operator's ``declare``): writing to it is all a canceller needs. Where it does not exist
-    yet, or is not bound, they go to the stream through the default exchange, declared first,
-    as releases before the exchange did (that needs configure on the stream and write on
-    ``amq.default``).
+    The records go to the exchange ``ladder.record.cancel``, bound to the stream by the operator's
+    ``declare``: writing to it is all a canceller needs, and the only way a relay accepts a cancellation.
+    Where it does not exist yet, or is not bound, the control plane is declared first when this user
+    may (a user with full rights, as on a development broker), and the records are sent again.
 
     Raises:
         TypeError, ValueError: an id that cannot be an AMQP message id, or a bad ``due``.
@@ -106,22 +102,25 @@ def cancel_many(connection: Any, message_ids: Iterable[str], *, due: Due = None,
     bodies = [(message_id, encode(message_id, at=int(clock() * 1000), due=due_ms, key=key)) for message_id in ids]
     channel = waiting_for_confirms(connection.channel())
     try:
-        try:  # through the exchange: all a canceller may write (the first record tells whether it is set up)
+        try:  # the first record tells whether the exchange is set up
             _publish(channel, STREAM_EXCHANGE, bodies[:1])
         except connection.channel_errors as exc:
             problem = _NOT_SET_UP.get(getattr(exc, "reply_code", 0))
             if problem is None:
                 raise
-            logger.debug(I_FALLBACK, STREAM_EXCHANGE, problem)
             close_quietly(channel)
             channel = waiting_for_confirms(connection.channel())
-            try:  # the way of the releases before the exchange: needs configure on the stream and amq.default
-                declare_stream(channel)
-                _publish(channel, "", bodies)
+            if getattr(exc, "reply_code", 0) == 403:
+                raise CancellationsUnavailable(E_UNAVAILABLE.format(exchange=STREAM_EXCHANGE,
+                                                                    problem=problem)) from None
+            try:
+                declare_control_plane(channel)
             except connection.channel_errors as refused:
                 raise CancellationsUnavailable(E_UNAVAILABLE.format(
-                    exchange=STREAM_EXCHANGE, problem=problem, stream=STREAM,
-                    reason=getattr(refused, "reply_text", None) or refused)) from None
+                    exchange=STREAM_EXCHANGE, problem=f"{problem} and this user may not declare it "
+                    f"({getattr(refused, 'reply_text', None) or refused})")) from None
+            logger.info(I_DECLARED, STREAM_EXCHANGE, problem)
+            _publish(channel, STREAM_EXCHANGE, bodies)
         else:
             _publish(channel, STREAM_EXCHANGE, bodies[1:])
     finally:

@@ -10,7 +10,7 @@ from typing import Any, Callable, Optional
 
 from .. import link
 from ..cancellation.records import LIFE, SLACK, STREAM, LiveSet, RecordError, decode, encode_marker
-from ..cancellation.stream import declare_stream
+from ..controlplane import MARKER, accepts
 from ..deaths import entered_rung_ms
 from ..link import CONNECTION_ERRORS
 from ..text import escape
@@ -94,12 +94,11 @@ class CancelWatch:
         self.unreadable = None
         guard.watch(channel, self._closed)  # properties stay raw bytes: only the body is read
         try:
-            declare_stream(channel)
             channel.basic_qos(0, RECORD_PREFETCH, False)
             channel.basic_consume(STREAM, callback=self._on_record, no_ack=False,
                                   arguments={"x-stream-offset": self.read_from()})
             marker = encode_marker(self._token, at=int(self.clock() * 1000))
-            link.publish(channel, link.RawMessage(marker, b"\x00\x00"), "", STREAM)
+            link.publish(channel, link.RawMessage(marker, b"\x00\x00"), MARKER.exchange, STREAM)
         except CONNECTION_ERRORS:
             if self._channel is None:  # the broker closed the stream's channel (a 403, say): _closed said why
                 return
@@ -130,7 +129,7 @@ class CancelWatch:
         try:
             if self._guard is not None and channel is not None:
                 self._guard.take(channel)
-            self._read(bytes(message.body))
+            self._read(bytes(message.body), message.delivery_info.get("exchange"))
         except CONNECTION_ERRORS:
             raise
         except Exception as exc:  # noqa: BLE001 - no record stops the relay
@@ -147,10 +146,13 @@ class CancelWatch:
             self._channel.basic_ack(self._taken, multiple=True)
             self._acked = self._taken
 
-    def _read(self, body: bytes) -> None:
+    def _read(self, body: bytes, exchange: Any = None) -> None:
         self.read += 1
         try:
             record = decode(body)
+            if not accepts(record.kind, exchange):
+                raise RecordError(f"a {record.kind!r} record written through the exchange {exchange!r:.60}, "
+                                  f"not its own")
         except RecordError as exc:
             self.skipped += 1
             self.notices.warn("cancellation record", W_BAD_RECORD, STREAM, escape(exc))

@@ -13,6 +13,7 @@ from kombu import Producer
 
 from kombu_ladder import LadderProducer, Scheduler
 from kombu_ladder.cli import main
+from kombu_ladder.controlplane import ENTRY
 from kombu_ladder.index import Filter, IndexStore, sync
 from kombu_ladder.index.records import STREAM, encode_batch, entry
 
@@ -136,17 +137,22 @@ def test_a_sync_goes_on_from_where_the_last_stopped_and_skips_bad_records(
         for body in (b"not json", b'{"ladder":"index","v":1,"n":[{"e":"","r":"q","d":-1,"a":0}]}', b"[]",
                      b'{"ladder":"index","v":2,"n":[]}', b"\xff" * 10, b'{"ladder":"index","v":1,"n":"x"}') * 5:
             raw.publish(body, exchange="", routing_key=STREAM)
+        due = int(backend.clock() * 1000) + 60_000
+        forged = encode_batch([entry(message_id="forged", task_id=None, task=None, exchange="", routing_key="q",
+                                     due=due, at=0, size=3)])
+        raw.publish(forged, exchange="", routing_key=STREAM)  # a genuine record, but through the default exchange
         raw.publish(encode_batch([entry(message_id="late", task_id=None, task=None, exchange="", routing_key="q",
-                                        due=int(backend.clock() * 1000) + 60_000, at=0, size=3)]),
-                    exchange="", routing_key=STREAM)
+                                        due=due, at=0, size=3)]),
+                    exchange=ENTRY.exchange, routing_key=STREAM)
         store = IndexStore(path)  # a new process: the file remembers the offset
         with caplog.at_level(logging.WARNING, logger="kombu_ladder.index"):
             result = sync(conn, store)
-        assert (result.entries, result.skipped) == (1, 30)
+        assert (result.entries, result.skipped) == (1, 31)
         warnings = [r for r in caplog.records if "not one of ours" in r.getMessage()]
         assert 1 <= len(warnings) <= 10  # rate-limited, not one line per bad record
-        assert store.position(STREAM)[1] == 30 and len(store) == 11
+        assert store.position(STREAM)[1] == 31 and len(store) == 11
         assert store.find("late", int(backend.clock() * 1000))[0].state == "waiting"
+        assert not store.find("forged", int(backend.clock() * 1000))
         store.close()
 
 
@@ -181,8 +187,8 @@ def test_a_busy_producer_sends_one_record_per_batch(backend: SimulatorBackend) -
         assert (producer.index.sent, producer.index.pending) == (1 + 4 * 200, 199)
         producer.flush_index()
         result = sync(conn, IndexStore(":memory:"))
-        # six batches, the producer's check that it may write the stream (a marker), and the sync's two markers
-        assert (result.entries, result.records) == (1000, 6 + 1 + 2)
+        # six batches and the sync's two markers (the producer's write check is routed nowhere: nothing stored)
+        assert (result.entries, result.records) == (1000, 6 + 2)
 
 
 def test_celery_eta_tasks_are_indexed_with_ladder_index(ladder_celery: Any, tmp_path: Path) -> None:
