@@ -31,8 +31,8 @@ T_BACKLOG_OK = "backlog {count} (under {maximum})"
 T_PARKED = "{count} message(s) are parked in {queue}, more than {maximum}"
 T_PARKED_OK = "{count} parked"
 T_STREAM_OK = "{stream} is the cancellation stream; the control plane is declared"
-T_STREAM_NOT_YET = "the control plane is not declared yet ({stream} missing: run 'kombu-ladder declare')"
-T_STREAM_MISSING = ("{stream} missing while {count} relay(s) consume {queue}: cancellations recorded now reach "
+T_STREAM_NOT_YET = "{stream} not declared yet (run 'kombu-ladder declare')"
+T_STREAM_MISSING = ("{stream} not declared while {count} relay(s) consume {queue}: cancellations recorded now reach "
                     "none of them (run 'kombu-ladder declare', then restart the relays)")
 T_STREAM_DIFFERS = ("{stream} is not the cancellation stream ({reason}): NO relay enforces cancellations, a "
                     "cancelled message is delivered; delete it, run 'kombu-ladder declare' and restart the relays")
@@ -178,6 +178,7 @@ def cancellation_findings(connection: Any, *, relays: int = 0) -> list[Finding]:
             missing.append(kind.exchange)
     if not missing:
         return [Finding("cancellations", True, T_STREAM_OK.format(stream=STREAM))]
+    missing = ["the control plane"] if len(missing) == len(STREAMS) + len(KINDS) else missing
     if relays:
         return [Finding("cancellations", False, T_STREAM_MISSING.format(stream=", ".join(missing), count=relays,
                                                                         queue=CONTROL))]

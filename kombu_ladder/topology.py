@@ -125,13 +125,10 @@ def declare(connection_or_channel: Any, queue_type: str = "classic") -> list[str
         # and must not leave the caller's default channel dead.
         channel = connection_or_channel.channel()
         try:
-            names = _declare_on(channel, queue_type)
+            return _declare_on(channel, queue_type)
         finally:
             close_quietly(channel)
-    else:
-        names = _declare_on(connection_or_channel, queue_type)
-    declare_control_plane_if_allowed(connection_or_channel)
-    return names
+    return _declare_on(connection_or_channel, queue_type)
 
 
 def check_writable(connection: Any, exchange: str) -> None:
@@ -175,8 +172,9 @@ def declare_control_plane_if_allowed(connection_or_channel: Any) -> bool:
 
 
 def declare_or_find(connection_or_channel: Any, queue_type: str = "classic") -> list[str]:
-    """:func:`declare` the ladder, or, for a user who may not (no configure permission: a producer with
-    the minimal permissions of :func:`kombu_ladder.permissions.producer`), find it declared.
+    """:func:`declare` the ladder, and the control plane where this user may (full rights: the quickstarts'
+    :meth:`~kombu_ladder.Scheduler.on`), or, for a user who may not (no configure permission: a producer
+    with the minimal permissions of :func:`kombu_ladder.permissions.producer`), find it declared.
 
     Returns:
         The queue names, as :func:`declare` returns them.
@@ -186,7 +184,7 @@ def declare_or_find(connection_or_channel: Any, queue_type: str = "classic") -> 
         TopologyConflict, ValueError: as :func:`declare`.
     """
     try:
-        return declare(connection_or_channel, queue_type)
+        names = declare(connection_or_channel, queue_type)
     except AccessRefused as exc:
         missing = _missing(connection_or_channel, [EXCHANGE, *(q.name for q in [*ladder_queues(), parking_queue()])])
         if missing:
@@ -194,6 +192,8 @@ def declare_or_find(connection_or_channel: Any, queue_type: str = "classic") -> 
                                                           reason=" ".join(str(exc).split()))) from None
         logger.debug("the ladder is declared; this user may not declare it (%s)", exc)
         return [queue.name for queue in ladder_queues(queue_type)]
+    declare_control_plane_if_allowed(connection_or_channel)
+    return names
 
 
 def declared_queue_type(connection: Any) -> Optional[str]:

@@ -14,6 +14,7 @@ from ..controlplane import MARKER, accepts
 from ..deaths import entered_rung_ms
 from ..link import CONNECTION_ERRORS
 from ..text import escape
+from ..topology import declare_control_plane_if_allowed
 from .notices import Notices
 
 __all__ = ["CancelWatch", "CATCH_UP_TIMEOUT", "RECORD_PREFETCH", "READ_BACK_MS", "CELERY_TASK_HEADER", "cancelled_id",
@@ -94,6 +95,7 @@ class CancelWatch:
         self.unreadable = None
         guard.watch(channel, self._closed)  # properties stay raw bytes: only the body is read
         try:
+            declare_control_plane_if_allowed(channel)  # full rights (a worker the README's way); else the operator's
             channel.basic_qos(0, RECORD_PREFETCH, False)
             channel.basic_consume(STREAM, callback=self._on_record, no_ack=False,
                                   arguments={"x-stream-offset": self.read_from()})
