@@ -172,9 +172,8 @@ def declare_control_plane_if_allowed(connection_or_channel: Any) -> bool:
 
 
 def declare_or_find(connection_or_channel: Any, queue_type: str = "classic") -> list[str]:
-    """:func:`declare` the ladder, and the control plane where this user may (full rights: the quickstarts'
-    :meth:`~kombu_ladder.Scheduler.on`), or, for a user who may not (no configure permission: a producer
-    with the minimal permissions of :func:`kombu_ladder.permissions.producer`), find it declared.
+    """:func:`declare` the ladder, or, for a user who may not (no configure permission: a producer with
+    the minimal permissions of :func:`kombu_ladder.permissions.producer`), find it declared.
 
     Returns:
         The queue names, as :func:`declare` returns them.
@@ -192,7 +191,6 @@ def declare_or_find(connection_or_channel: Any, queue_type: str = "classic") -> 
                                                           reason=" ".join(str(exc).split()))) from None
         logger.debug("the ladder is declared; this user may not declare it (%s)", exc)
         return [queue.name for queue in ladder_queues(queue_type)]
-    declare_control_plane_if_allowed(connection_or_channel)
     return names
 
 
