@@ -133,6 +133,41 @@ class IndexWriter:
         if due:
             self.flush(send, declare)
 
+    def write(self, entry: Entry, send: Send, declare: Optional[Callable[[], Any]] = None) -> bool:
+        """Send ``entry`` now, in a record of its own, with ``send`` (which waits for the broker's confirm):
+        the producer's path, before the message it indexes is published.
+
+        The first call runs ``declare`` (the check that this user may write the index): where it raises
+        :class:`IndexRefused` the writer logs that once and indexes nothing more (the message is still
+        published, unindexed, as without the indexer's row). Any other failure is raised: the caller then
+        does not publish the message, so no message waits without its entry.
+
+        Returns:
+            Whether the entry was written (False: this writer was refused).
+        """
+        with self._lock:
+            if self.refused is not None:
+                self.lost += 1
+                return False
+            first, self.declared = not self.declared, True
+        if first:
+            try:
+                if declare is not None:
+                    declare()
+            except IndexRefused as exc:
+                self._refuse(str(exc), 1)
+                return False
+            finally:
+                self._opened.set()
+        elif not self._opened.wait(OPEN_WAIT) or self.refused is not None:  # another thread is checking
+            with self._lock:
+                self.lost += 1
+            return False
+        send(encode_batch([entry]))
+        with self._lock:
+            self.sent += 1
+        return True
+
     def tick(self, send: Send, declare: Optional[Callable[[], Any]] = None) -> None:
         """Send the entries kept if the last record was sent over ``linger`` ago (a cheap check, per publish)."""
         if self._pending and self._clock() - self._sent_at >= self.linger:
