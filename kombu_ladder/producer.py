@@ -160,9 +160,9 @@ class LadderProducerMixin:
         channel of this producer's own (its own channel, where no :class:`kombu.Connection` is at hand)."""
         channel = self.__dict__.get("_index_channel")
         if channel is None:
-            client = getattr(getattr(self.channel, "connection", None), "client", None)  # type: ignore[attr-defined]
-            channel = waiting_for_confirms(client.channel() if hasattr(client, "default_channel")
-                                           else self.channel)  # type: ignore[attr-defined]
+            own: Any = self.channel  # type: ignore[attr-defined]
+            client: Any = getattr(getattr(own, "connection", None), "client", None)
+            channel = waiting_for_confirms(client.channel() if hasattr(client, "default_channel") else own)
             self.__dict__["_index_channel"] = channel
         message = channel.prepare_message(record, content_type="application/json", content_encoding="utf-8",
                                           properties={"delivery_mode": 2})
