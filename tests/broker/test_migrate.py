@@ -176,3 +176,38 @@ def test_move_carries_cancellations_and_green_never_delivers_a_message_blue_canc
         assert depth(blue, "acemq.schedule.1h") == 0
         moved = drain(green, CONTROL)
         assert [m.properties.get("message_id") for m in moved] == ["mv-kept"]
+
+
+def test_a_cancellation_written_on_the_source_during_the_move_applies_on_the_target(
+        rabbit_vhost: str, fresh_vhost: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 35: the move reads the source's cancellations again once done, and records on the target those of
+    messages it moved; the target's relay then drops the message instead of delivering it."""
+    import kombu_ladder.migrate as migrate
+    from kombu_ladder import Scheduler, declare
+    from kombu_ladder.migrate import read_cancellations
+
+    real = migrate._move_queue
+
+    def cancel_while_moving(source: Any, confirms: Any, name: str, *args: Any) -> int:
+        count = real(source, confirms, name, *args)
+        if name == "acemq.schedule.10s":  # the doomed message has been moved: cancel it on the source now
+            cancel(source, "doomed")
+        return count
+
+    monkeypatch.setattr(migrate, "_move_queue", cancel_while_moving)
+    with temporary_vhost(f"{rabbit_vhost}-blue-{os.getpid()}") as blue_vhost, \
+            Connection(vhost_url(blue_vhost)) as blue, Connection(vhost_url(fresh_vhost)) as green:
+        declare(blue)
+        for conn in (blue, green):
+            Queue("moved.q", durable=True)(conn.default_channel).declare()
+        sender = LadderProducer(blue.default_channel)
+        for message_id in ("doomed", "kept"):
+            sender.publish(b"{}", exchange="", routing_key="moved.q", countdown=15, message_id=message_id)
+        wait_for(lambda: depth(blue, "acemq.schedule.10s") == 2, 10, message="the publishes to arrive")
+        assert not len(read_cancellations(blue))  # nothing cancelled when the move starts
+        result = move(blue, green)
+        assert (result.total, result.recancelled) == (2, 1)
+        with Scheduler.on(green) as relay:
+            wait_for(lambda: relay.delivered + relay.cancelled >= 2, 60, message="both messages settled")
+            assert (relay.delivered, relay.cancelled) == (1, 1)
+        assert [m.properties.get("message_id") for m in drain(green, "moved.q")] == ["kept"]
