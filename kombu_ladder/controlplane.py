@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 __all__ = ["CANCELLATIONS", "INDEX", "ADOPTIONS", "STREAM_ARGUMENTS", "Stream", "Kind", "STREAMS", "KINDS",
            "CANCEL", "ENTRY", "ADOPTED", "MARKER", "NAMES", "kind", "is_control_plane", "accepts", "pattern",
-           "PROBE_KEY", "declare_control_plane"]
+           "PROBE_KEY", "READ_PREFETCH", "READ_TIMEOUT", "declare_control_plane"]
 
 #: Retention of every control stream: past the longest delay the ladder accepts (ten years).
 STREAM_ARGUMENTS: Mapping[str, object] = {"x-queue-type": "stream", "x-max-age": "11Y"}
@@ -100,6 +100,11 @@ def accepts(kind_name: Any, exchange: Any) -> bool:
             return exchange == candidate.exchange
     return False
 
+
+#: Every reader's policy: records the broker may send at once (a stream consumer needs a prefetch), and the
+#: seconds a reader waits to read a stream to its end (up to a marker of its own).
+READ_PREFETCH = 2000
+READ_TIMEOUT = 300.0
 
 #: The routing key of a write probe: routed nowhere by any kind's exchange, so nothing is stored.
 PROBE_KEY = "kombu-ladder.write-probe"

@@ -10,18 +10,26 @@ from typing import Any, Callable, Optional
 
 from kombu import Connection, Consumer, Queue
 
-from .cancellation.records import STREAM, LiveSet, RecordError, decode, encode_marker
+from .cancellation.records import (
+    CELERY_TASK_HEADER,
+    STREAM,
+    LiveSet,
+    RecordError,
+    cancelled_id,
+    decode,
+    encode_marker,
+    read_from,
+)
 from .cancellation.stream import cancel_many
 from .carry import bytes_of, confirming, prepare_copy
 from .contract import CONTROL, EXCHANGE, PARKING, rung_names
-from .controlplane import MARKER, accepts
+from .controlplane import MARKER, READ_PREFETCH, READ_TIMEOUT, accepts
 from .envelope import strip_death
 from .errors import LadderError
 from .index.records import STREAM as INDEX
 from .index.records import Entry, entry_of
 from .index.writer import append as append_index
 from .link import clock_of
-from .relay.cancelwatch import CATCH_UP_TIMEOUT, CELERY_TASK_HEADER, RECORD_PREFETCH, cancelled_id, read_from
 from .topology import declare, declare_control_plane_if_allowed
 
 __all__ = ["MoveResult", "move"]
@@ -268,14 +276,14 @@ def read_cancellations(source: Connection, *, clock: Callable[[], float] = time.
 
         consumer = Consumer(channel, queues=[Queue(STREAM, no_declare=True,
                                                    consumer_arguments={"x-stream-offset": read_from(clock())})],
-                            on_message=on_record, prefetch_count=RECORD_PREFETCH, no_ack=False, accept=None)
+                            on_message=on_record, prefetch_count=READ_PREFETCH, no_ack=False, accept=None)
         consumer.consume()
         channel.basic_publish(channel.prepare_message(encode_marker(token, at=now)), exchange=MARKER.exchange,
                               routing_key=STREAM)
-        deadline = time.monotonic() + CATCH_UP_TIMEOUT
+        deadline = time.monotonic() + READ_TIMEOUT
         while not done:
             if time.monotonic() > deadline:
-                logger.warning(W_NO_RECORDS, STREAM, CATCH_UP_TIMEOUT)
+                logger.warning(W_NO_RECORDS, STREAM, READ_TIMEOUT)
                 break
             try:
                 source.drain_events(timeout=1.0)

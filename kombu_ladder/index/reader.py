@@ -14,14 +14,13 @@ from typing import Any, Callable, Optional, Union
 
 from kombu import Consumer, Producer, Queue
 
-from ..cancellation.records import SLACK, RecordError
+from ..cancellation.records import SLACK, RecordError, read_from
 from ..cancellation.records import STREAM as CANCELLATIONS
 from ..cancellation.records import decode as decode_cancel
 from ..cancellation.records import encode_marker as encode_cancel_marker
 from ..controlplane import MARKER, accepts
 from ..link import clock_of, close_quietly
-from ..relay.cancelwatch import read_from
-from ..relay.notices import Notices
+from ..notices import Notices
 from ..text import escape
 from ..topology import declare_control_plane_if_allowed
 from .records import STREAM as INDEX
