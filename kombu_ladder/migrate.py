@@ -30,7 +30,7 @@ from .index.records import STREAM as INDEX
 from .index.records import Entry, entry_of
 from .index.writer import append as append_index
 from .link import clock_of
-from .topology import declare, declare_control_plane_if_allowed
+from .topology import declare
 
 __all__ = ["MoveResult", "move"]
 
@@ -125,7 +125,6 @@ def move(source: Connection, target: Connection, *, limit: Optional[int] = None,
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
         raise ValueError(f"limit must be a positive integer or None, not {limit!r}")
     declare(target, queue_type=queue_type)
-    declare_control_plane_if_allowed(target)
     queues = [*rung_names(), CONTROL] + ([PARKING] if include_parked else [])
     clock = clock_of(source, None)
     live = read_cancellations(source, clock=clock)
