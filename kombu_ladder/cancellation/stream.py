@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
+import time
 from datetime import datetime
 from typing import Any, Callable, Iterable, Optional, Union
 
 from kombu import Producer
 
-from ..carry import waiting_for_confirms
+from ..carry import confirming, waiting_for_confirms
 from ..controlplane import declare_control_plane
 from ..errors import CancellationsUnavailable
 from ..link import clock_of, close_quietly
@@ -29,6 +30,9 @@ E_UNAVAILABLE = ("cannot record cancellations: the exchange {exchange} {problem}
 #: bound (the record was returned), or not this user's to write.
 _NOT_SET_UP = {404: "does not exist", 312: "is not bound to the stream (the record was returned unrouted)",
                403: "may not be written by this user"}
+
+#: Seconds the records of one call may take to be confirmed, all together.
+CONFIRM_TIMEOUT = 60.0
 
 #: A due time: an aware datetime, or epoch milliseconds.
 Due = Union[datetime, int, None]
@@ -120,14 +124,58 @@ def cancel_many(connection: Any, message_ids: Iterable[str], *, due: Due = None,
                     exchange=STREAM_EXCHANGE, problem=f"{problem} and this user may not declare it "
                     f"({getattr(refused, 'reply_text', None) or refused})")) from None
             logger.info(I_DECLARED, STREAM_EXCHANGE, problem)
-            _publish(channel, STREAM_EXCHANGE, bodies)
+            _publish_pipelined(connection, bodies)
         else:
-            _publish(channel, STREAM_EXCHANGE, bodies[1:])
+            _publish_pipelined(connection, bodies[1:])
     finally:
         close_quietly(channel)
     for message_id, _ in bodies:
         logger.info(I_CANCELLED, message_id, "unknown" if due_ms is None else due_ms, STREAM)
     return len(ids)
+
+
+def _publish_pipelined(connection: Any, bodies: list[tuple[str, bytes]], *, timeout: float = CONFIRM_TIMEOUT) -> None:
+    """Publish the records to the cancel exchange on a confirming channel of their own, mandatory, confirms
+    pipelined: all are sent, then their confirms waited for together.
+
+    Raises:
+        CancellationsUnavailable: the broker nacked or returned a record, or did not confirm them in ``timeout``.
+    """
+    if not bodies:
+        return
+    acked, refused = [0], []
+
+    def on_ack(tag: int, multiple: bool) -> None:
+        acked[0] = max(acked[0], tag)
+
+    def on_nack(tag: int, multiple: bool) -> None:
+        refused.append(f"nacked (delivery tag {tag})")
+        on_ack(tag, multiple)
+
+    def on_return(exc: Any, exchange: str, routing_key: str, message: Any) -> None:
+        refused.append(f"returned by {exchange!r}: {getattr(exc, 'reply_text', exc)}")
+
+    channel = confirming(connection.channel(), on_ack=on_ack, on_nack=on_nack, on_return=on_return)
+    try:
+        for _, body in bodies:
+            message = channel.prepare_message(body, content_type="application/json", content_encoding="utf-8",
+                                              properties={"delivery_mode": 2})
+            type(channel).basic_publish(channel, message, exchange=STREAM_EXCHANGE, routing_key=STREAM,
+                                        mandatory=True)
+        deadline = time.monotonic() + timeout
+        while acked[0] < len(bodies):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise CancellationsUnavailable(f"the broker did not confirm {len(bodies) - acked[0]} cancellation "
+                                               f"record(s) within {timeout:g} s")
+            try:
+                connection.drain_events(timeout=min(left, 1.0))
+            except TimeoutError:
+                continue
+        if refused:
+            raise CancellationsUnavailable(f"the broker refused cancellation records ({'; '.join(refused[:3])})")
+    finally:
+        close_quietly(channel)
 
 
 def _publish(channel: Any, exchange: str, bodies: list[tuple[str, bytes]]) -> None:
