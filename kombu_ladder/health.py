@@ -30,7 +30,7 @@ T_BACKLOG = "{count} message(s) wait in {queue}, not under {maximum}: the relays
 T_BACKLOG_OK = "backlog {count} (under {maximum})"
 T_PARKED = "{count} message(s) are parked in {queue}, more than {maximum}"
 T_PARKED_OK = "{count} parked"
-T_STREAM_OK = "{stream} is the cancellation stream; the control plane is declared"
+T_STREAM_OK = "the control plane is declared, {stream} included"
 T_STREAM_NOT_YET = "{stream} not declared yet (run 'kombu-ladder declare')"
 T_STREAM_MISSING = ("{stream} not declared while {count} relay(s) consume {queue}: cancellations recorded now reach "
                     "none of them (run 'kombu-ladder declare', then restart the relays)")
