@@ -15,8 +15,8 @@ from typing import Any
 import amqp
 
 from kombu_ladder.cancellation.records import STREAM, LiveSet, decode, encode
-from kombu_ladder.cancellation.stream import declare_stream
 from kombu_ladder.contract import CONTROL
+from kombu_ladder.controlplane import CANCEL, declare_control_plane
 from kombu_ladder.relay import Relay
 from kombu_ladder.relay.cancelwatch import READ_BACK_MS
 from kombu_ladder.topology import declare
@@ -51,14 +51,14 @@ def _fill(url: str, n: int, *, due_in_ms: int, ahead_ms: int = 0) -> None:
                                  password="guest", virtual_host=url.rsplit("/", 1)[1].replace("%2F", "/"))
     connection.connect()
     channel = connection.channel()
-    declare_stream(channel)
+    declare_control_plane(channel)
     channel.confirm_select()
     acked = [0]
     channel.events["basic_ack"].add(lambda tag, multiple: acked.__setitem__(0, tag))
     now = int(time.time() * 1000) + ahead_ms
     for i in range(n):
         channel.basic_publish(amqp.Message(encode(str(uuid.uuid4()), at=now, due=now + due_in_ms), delivery_mode=2),
-                              "", STREAM)
+                              CANCEL.exchange, STREAM)
         if i % 5000 == 4999:
             while acked[0] < i - 20000:
                 connection.drain_events(timeout=10)

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
-from .cancellation.records import STREAM, STREAM_ARGUMENTS, STREAM_EXCHANGE, STREAM_EXCHANGE_TYPE
+from .cancellation.records import STREAM
 from .contract import CONTROL, EXCHANGE, EXCHANGE_TYPE, PARKING
+from .controlplane import KINDS, STREAMS
 from .depths import QueueDepth
 from .topology import ladder_queues, parking_queue
 
@@ -29,11 +30,9 @@ T_BACKLOG = "{count} message(s) wait in {queue}, not under {maximum}: the relays
 T_BACKLOG_OK = "backlog {count} (under {maximum})"
 T_PARKED = "{count} message(s) are parked in {queue}, more than {maximum}"
 T_PARKED_OK = "{count} parked"
-T_STREAM_OK = "{stream} is the cancellation stream"
-T_STREAM_NO_EXCHANGE = ("{stream} is the cancellation stream; the exchange {exchange} is not declared, so a "
-                        "canceller with only its own rights cannot cancel (run 'kombu-ladder declare')")
-T_STREAM_NOT_YET = "{stream} not declared yet (the first relay declares it)"
-T_STREAM_MISSING = ("{stream} is missing while {count} relay(s) consume {queue}: cancellations recorded now reach "
+T_STREAM_OK = "the control plane is declared, {stream} included"
+T_STREAM_NOT_YET = "{stream} not declared yet (run 'kombu-ladder declare')"
+T_STREAM_MISSING = ("{stream} not declared while {count} relay(s) consume {queue}: cancellations recorded now reach "
                     "none of them (run 'kombu-ladder declare', then restart the relays)")
 T_STREAM_DIFFERS = ("{stream} is not the cancellation stream ({reason}): NO relay enforces cancellations, a "
                     "cancelled message is delivered; delete it, run 'kombu-ladder declare' and restart the relays")
@@ -146,35 +145,44 @@ def queue_findings(depths: Sequence[QueueDepth], *, min_relays: int = 1, max_bac
 
 
 def cancellation_findings(connection: Any, *, relays: int = 0) -> list[Finding]:
-    """Check that ``ladder.cancellations`` is the stream every relay reads, with exactly its arguments.
+    """Check the control plane (:mod:`kombu_ladder.controlplane`): every stream with exactly its arguments,
+    every record kind's exchange declared.
 
-    A queue of that name declared otherwise first (a classic queue, a stream with a short
-    ``x-max-age`` or a size limit) makes every relay refuse it, and relay without enforcing
-    cancellations. Checked as :func:`topology_findings` checks the ladder: a passive declare, then
-    the stream's own declaration, which RabbitMQ refuses when the settings differ and which changes
-    nothing otherwise. A policy (``max-age``, ``max-length-bytes``) cannot be seen over AMQP.
+    A queue of a stream's name declared otherwise first (a classic queue, a stream with a short
+    ``x-max-age`` or a size limit) makes every reader refuse it. Checked as :func:`topology_findings`
+    checks the ladder: a passive declare, then the table's own declaration, which RabbitMQ refuses
+    when the settings differ and which changes nothing otherwise. A policy (``max-age``,
+    ``max-length-bytes``) cannot be seen over AMQP, nor can bindings.
 
     Arguments:
         connection: a :class:`kombu.Connection`.
-        relays: how many relays consume the control queue: a missing stream is a problem only then
-            (each relay declares it when it starts).
+        relays: how many relays consume the control queue: a missing control plane is a problem only
+            then (a relay cannot read the cancellations, nor write its marker, without it).
 
     Returns:
         One :class:`Finding` (check ``cancellations``).
     """
-    exists, reason = _probe(connection, _queue(STREAM, dict(STREAM_ARGUMENTS), passive=True),
-                            _queue(STREAM, dict(STREAM_ARGUMENTS), passive=False))
-    if not exists:
-        if relays:
-            return [Finding("cancellations", False, T_STREAM_MISSING.format(stream=STREAM, count=relays,
-                                                                            queue=CONTROL))]
-        return [Finding("cancellations", True, T_STREAM_NOT_YET.format(stream=STREAM))]
-    if reason is not None:
-        return [Finding("cancellations", False, T_STREAM_DIFFERS.format(stream=STREAM, reason=reason))]
-    exchange, _ = _probe(connection, _declare_exchange(STREAM_EXCHANGE, STREAM_EXCHANGE_TYPE, passive=True),
-                         _declare_exchange(STREAM_EXCHANGE, STREAM_EXCHANGE_TYPE, passive=True))
-    text = T_STREAM_OK if exchange else T_STREAM_NO_EXCHANGE
-    return [Finding("cancellations", True, text.format(stream=STREAM, exchange=STREAM_EXCHANGE))]
+    missing: list[str] = []
+    for stream in STREAMS:
+        arguments = dict(stream.arguments)
+        exists, reason = _probe(connection, _queue(stream.name, arguments, passive=True),
+                                _queue(stream.name, arguments, passive=False))
+        if not exists:
+            missing.append(stream.name)
+        elif reason is not None:
+            return [Finding("cancellations", False, T_STREAM_DIFFERS.format(stream=stream.name, reason=reason))]
+    for kind in KINDS:
+        exists, _ = _probe(connection, _declare_exchange(kind.exchange, kind.type, passive=True),
+                           _declare_exchange(kind.exchange, kind.type, passive=True))
+        if not exists:
+            missing.append(kind.exchange)
+    if not missing:
+        return [Finding("cancellations", True, T_STREAM_OK.format(stream=STREAM))]
+    missing = ["the control plane"] if len(missing) == len(STREAMS) + len(KINDS) else missing
+    if relays:
+        return [Finding("cancellations", False, T_STREAM_MISSING.format(stream=", ".join(missing), count=relays,
+                                                                        queue=CONTROL))]
+    return [Finding("cancellations", True, T_STREAM_NOT_YET.format(stream=", ".join(missing)))]
 
 
 def healthy(findings: Sequence[Finding]) -> bool:

@@ -10,16 +10,26 @@ from typing import Any, Callable, Optional
 
 from kombu import Connection, Consumer, Queue
 
-from .cancellation.records import STREAM, LiveSet, RecordError, decode, encode_marker
+from .cancellation.records import (
+    CELERY_TASK_HEADER,
+    STREAM,
+    LiveSet,
+    RecordError,
+    cancelled_id,
+    decode,
+    encode_marker,
+    read_from,
+)
+from .cancellation.stream import cancel_many
 from .carry import bytes_of, confirming, prepare_copy
 from .contract import CONTROL, EXCHANGE, PARKING, rung_names
+from .controlplane import MARKER, READ_PREFETCH, READ_TIMEOUT, accepts
 from .envelope import strip_death
 from .errors import LadderError
 from .index.records import STREAM as INDEX
 from .index.records import Entry, entry_of
 from .index.writer import append as append_index
 from .link import clock_of
-from .relay.cancelwatch import CATCH_UP_TIMEOUT, RECORD_PREFETCH, cancelled_id, read_from
 from .topology import declare
 
 __all__ = ["MoveResult", "move"]
@@ -28,6 +38,7 @@ logger = logging.getLogger(__name__)
 
 I_MOVED = "moved %d message(s) from %s"
 I_DROPPED = "dropped %d cancelled message(s) from %s instead of moving them"
+I_RECANCELLED = "recorded on the target %d cancellation(s) written on the source during the move"
 W_NO_RECORDS = ("the source's %s was not read to its end within %.0f s; messages cancelled by the records "
                 "not read are moved")
 W_UNINDEXED = "the rest of the move is not indexed on the target's %s (%d entr(y/ies) so far)"
@@ -49,6 +60,8 @@ class MoveResult:
     cancelled: dict[str, int] = field(default_factory=dict)
     #: Entries for the moved messages appended to the target's ``ladder.index`` (see :func:`move`).
     indexed: int = 0
+    #: Moved messages cancelled on the source while the move ran, whose cancellation was recorded on the target.
+    recancelled: int = 0
 
     @property
     def total(self) -> int:
@@ -71,13 +84,17 @@ def move(source: Connection, target: Connection, *, limit: Optional[int] = None,
     cancels is acked on ``source`` and not moved, as a relay would have dropped
     it (counted in :attr:`MoveResult.cancelled`). A message in a rung carries
     no rung-entry time, so there its id alone decides; parked messages are
-    always moved.
+    always moved. Once the queues are moved the source's cancellations are read
+    again: one written during the move for a message that was moved is recorded
+    on ``target`` too, where its relays drop the message (counted in
+    :attr:`MoveResult.recancelled`).
 
     The index of waiting work moves too: where the source or the target has a
     ``ladder.index`` stream (declared on the target when only the source has
     one), an entry for each message moved from a rung or the control queue
     (its ids, task name, target, due time and size; published now) is
-    appended to the target's, after each batch was confirmed, so that
+    appended to the target's, after each batch was confirmed by the target and
+    before it is acked on the source, so that
     ``waiting find`` on the target finds it (counted in
     :attr:`MoveResult.indexed`). An entry the target refuses is logged on the
     ``kombu_ladder.index`` logger and the move goes on, unindexed from there.
@@ -116,13 +133,15 @@ def move(source: Connection, target: Connection, *, limit: Optional[int] = None,
                         enabled=source_indexed or _has_index(target))
     moved: dict[str, int] = {}
     cancelled: dict[str, int] = {}
+    moved_ids: set[tuple[Any, Any]] = set()
     out = target.channel()
     confirms = _Confirms(target, out)
     try:
         for name in queues:
             drop = None if name == PARKING or not len(live) else _Dropper(live, clock)
             moved[name] = _move_queue(source, confirms, name, limit, drop,
-                                      None if name == PARKING else carry)
+                                      None if name == PARKING else carry,
+                                      None if name == PARKING else moved_ids)
             cancelled[name] = drop.count if drop is not None else 0
             if moved[name]:
                 logger.info(I_MOVED, moved[name], name)
@@ -130,7 +149,29 @@ def move(source: Connection, target: Connection, *, limit: Optional[int] = None,
                 logger.info(I_DROPPED, cancelled[name], name)
     finally:
         out.close()
-    return MoveResult(moved, cancelled, carry.written)
+    return MoveResult(moved, cancelled, carry.written, _recancel(source, target, moved_ids, clock))
+
+
+def _ids(message: Any) -> tuple[Any, Any]:
+    """A moved message's AMQP ``message_id``, and its task id when it is a Celery task message."""
+    properties, headers = message.properties or {}, message.headers or {}
+    return properties.get("message_id"), properties.get("correlation_id") if CELERY_TASK_HEADER in headers else None
+
+
+def _recancel(source: Connection, target: Connection, moved_ids: set[tuple[Any, Any]],
+              clock: Callable[[], float]) -> int:
+    """Record on ``target`` the cancellations written on ``source`` for messages it moved (read once more, now
+    that the move is done): one written while the move ran would otherwise apply to nothing."""
+    if not moved_ids:
+        return 0
+    live = read_cancellations(source, clock=clock)
+    now = int(clock() * 1000)
+    ids = sorted({text for pair in moved_ids for text in pair
+                  if isinstance(text, str) and text and live.cancelled(text, now)})
+    if ids:
+        cancel_many(target, ids, clock=clock)
+        logger.info(I_RECANCELLED, len(ids))
+    return len(ids)
 
 
 def _has_index(connection: Connection) -> bool:
@@ -224,7 +265,9 @@ def read_cancellations(source: Connection, *, clock: Callable[[], float] = time.
             except RecordError:
                 pass
             else:
-                if record.kind == "cancel":
+                if not accepts(record.kind, (message.delivery_info or {}).get("exchange")):
+                    pass  # not written through its kind's exchange: forged, skipped
+                elif record.kind == "cancel":
                     live.add(record, now)
                 elif record.id == token:
                     done.append(True)
@@ -232,13 +275,14 @@ def read_cancellations(source: Connection, *, clock: Callable[[], float] = time.
 
         consumer = Consumer(channel, queues=[Queue(STREAM, no_declare=True,
                                                    consumer_arguments={"x-stream-offset": read_from(clock())})],
-                            on_message=on_record, prefetch_count=RECORD_PREFETCH, no_ack=False, accept=None)
+                            on_message=on_record, prefetch_count=READ_PREFETCH, no_ack=False, accept=None)
         consumer.consume()
-        channel.basic_publish(channel.prepare_message(encode_marker(token, at=now)), exchange="", routing_key=STREAM)
-        deadline = time.monotonic() + CATCH_UP_TIMEOUT
+        channel.basic_publish(channel.prepare_message(encode_marker(token, at=now)), exchange=MARKER.exchange,
+                              routing_key=STREAM)
+        deadline = time.monotonic() + READ_TIMEOUT
         while not done:
             if time.monotonic() > deadline:
-                logger.warning(W_NO_RECORDS, STREAM, CATCH_UP_TIMEOUT)
+                logger.warning(W_NO_RECORDS, STREAM, READ_TIMEOUT)
                 break
             try:
                 source.drain_events(timeout=1.0)
@@ -253,7 +297,8 @@ def read_cancellations(source: Connection, *, clock: Callable[[], float] = time.
 
 
 def _move_queue(source: Connection, confirms: "_Confirms", name: str, limit: Optional[int],
-                drop: Optional[_Dropper] = None, carry: Optional[_IndexCarry] = None) -> int:
+                drop: Optional[_Dropper] = None, carry: Optional[_IndexCarry] = None,
+                moved_ids: Optional[set[tuple[Any, Any]]] = None) -> int:
     channel = source.channel()
     try:
         try:
@@ -278,16 +323,20 @@ def _move_queue(source: Connection, confirms: "_Confirms", name: str, limit: Opt
             if not received:
                 break
             batch, received[:] = received[:want], received[want:]
+            copied = []
             for message in batch:
                 if drop is not None and drop(message):
                     continue  # cancelled: acked with its batch, never moved
                 confirms.publish(message, parked=name == PARKING)
+                copied.append(message)
                 if carry is not None:
                     carry.add(message)
             confirms.wait()
-            batch[-1].ack(multiple=True)
             if carry is not None:
-                carry.flush()
+                carry.flush()  # indexed on the target before the source lets go of the batch
+            batch[-1].ack(multiple=True)
+            if moved_ids is not None:
+                moved_ids.update(_ids(message) for message in copied)
             count += len(batch)
         return count - (drop.count if drop is not None else 0)
     finally:

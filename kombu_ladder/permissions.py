@@ -6,8 +6,11 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
-__all__ = ["LADDER_NAMES", "LADDER_EXCHANGE", "CANCELLATIONS", "ADOPTIONS", "INDEX", "Permissions", "producer",
-           "relay", "operator", "canceller", "adopter", "indexer", "index_reader", "union"]
+from . import controlplane
+
+__all__ = ["LADDER_NAMES", "LADDER_EXCHANGE", "CANCELLATIONS", "ADOPTIONS", "INDEX", "CONTROL_PLANE", "CANCEL_EXCHANGE",
+           "ENTRY_EXCHANGE", "ADOPTED_EXCHANGE", "MARKER_EXCHANGE", "Permissions", "producer", "relay", "operator",
+           "canceller", "adopter", "indexer", "index_reader", "union"]
 
 #: Every name the ladder declares: the exchange, the five rungs, the control and parking queues.
 LADDER_NAMES = r"acemq\.schedule(\..+)?"
@@ -15,14 +18,18 @@ LADDER_NAMES = r"acemq\.schedule(\..+)?"
 #: The ladder's exchange alone: publishing into a rung (or the control queue) goes through it.
 LADDER_EXCHANGE = r"acemq\.schedule"
 
-#: The cancellation stream and the exchange bound to it, which share the name (see kombu_ladder.cancellation.records).
-CANCELLATIONS = r"ladder\.cancellations"
-
-#: The stream of adoption records a Celery worker writes and reads (see celery_ladder.adoption.records).
-ADOPTIONS = r"ladder\.adoptions"
-
-#: The stream of the index of waiting work, which indexing producers append to (see kombu_ladder.index.records).
-INDEX = r"ladder\.index"
+#: The control plane's names (streams, and the exchange of each record kind), from its one table
+#: (:mod:`kombu_ladder.controlplane`): no role but the operator has configure on one, and a kind is
+#: written only through its own exchange (readers accept it from no other).
+CANCELLATIONS = re.escape(controlplane.CANCELLATIONS)
+ADOPTIONS = re.escape(controlplane.ADOPTIONS)
+INDEX = re.escape(controlplane.INDEX)
+CONTROL_PLANE = controlplane.pattern(*controlplane.NAMES)
+#: The exchange of each kind: write on it is the right to write that kind.
+CANCEL_EXCHANGE = re.escape(controlplane.CANCEL.exchange)
+ENTRY_EXCHANGE = re.escape(controlplane.ENTRY.exchange)
+ADOPTED_EXCHANGE = re.escape(controlplane.ADOPTED.exchange)
+MARKER_EXCHANGE = re.escape(controlplane.MARKER.exchange)
 
 #: RabbitMQ's name for the default exchange ("" in AMQP), as permissions see it.
 _DEFAULT_EXCHANGE = r"amq\.default"
@@ -52,6 +59,9 @@ def _exchanges(names: Iterable[str]) -> list[str]:
     for name in names:
         if not isinstance(name, str):
             raise TypeError(f"targets must be exchange names (str), not {name!r}")
+        if controlplane.is_control_plane(name):
+            raise ValueError(f"targets must not name the control plane's exchange {name!r}: writing it is a role "
+                             f"of its own (canceller, indexer, adopter)")
         out.append(_DEFAULT_EXCHANGE if name == "" else re.escape(name))
     return out
 
@@ -61,15 +71,19 @@ def producer(targets: Iterable[str]) -> Permissions:
 
     It publishes into the rungs through ``acemq.schedule`` (write on that exchange
     alone), and straight to its ``targets`` when a delay is under a second. It
-    configures nothing, so it can neither declare nor delete a rung or the
-    cancellation stream: the ladder must be declared by the operator (``kombu-ladder
+    configures nothing, so it can neither declare nor delete a rung or a stream of the
+    control plane: the ladder must be declared by the operator (``kombu-ladder
     declare``) or a relay first, which the producer then finds with passive declares.
     It reads nothing. To record cancellations too (``Scheduler.cancel``, a Celery
     revoke) add :func:`canceller`. A ``""`` among the targets is the default exchange,
-    which reaches every queue of the vhost by name, ``ladder.cancellations`` included.
+    which reaches every queue of the vhost by name: it may write into a stream, but a
+    reader accepts no record written that way.
 
     Arguments:
         targets: the exchanges it schedules for; ``""`` is the default exchange.
+
+    Raises:
+        ValueError: a target is a control-plane exchange.
     """
     return Permissions("^$", _anchor(LADDER_EXCHANGE, *_exchanges(targets)), "^$")
 
@@ -81,63 +95,62 @@ def relay(targets: Iterable[str]) -> Permissions:
     parks through the default exchange (so it needs ``amq.default``; keep ``""``
     out of the allow-list unless deliveries to queues by name are wanted) and
     delivers to ``targets``. Give the same names to ``--allow-exchange`` /
-    ``ladder_allowed_exchanges``. It reads ``ladder.cancellations`` from its
-    start (configure and read; its marker goes through ``amq.default``).
+    ``ladder_allowed_exchanges``. It reads ``ladder.cancellations`` (read only: the
+    operator declares it) and writes its catch-up marker through the marker exchange.
     """
-    return Permissions(_anchor(LADDER_NAMES, CANCELLATIONS),
-                       _anchor(LADDER_NAMES, _DEFAULT_EXCHANGE, *_exchanges(targets)),
+    return Permissions(_anchor(LADDER_NAMES),
+                       _anchor(LADDER_NAMES, _DEFAULT_EXCHANGE, MARKER_EXCHANGE, *_exchanges(targets)),
                        _anchor(LADDER_NAMES, CANCELLATIONS))
 
 
 def operator(targets: Iterable[str] = ()) -> Permissions:
     """Whoever runs ``declare``, ``status``, ``check``, ``replay``, ``move`` and ``cancel``: a relay's rights,
-    plus write on ``ladder.cancellations``: ``declare`` binds the stream to its exchange (write on the
-    queue, read on the exchange), and ``cancel`` publishes to that exchange."""
-    rights = relay(targets)
-    return Permissions(rights.configure, _anchor(LADDER_NAMES, CANCELLATIONS, _DEFAULT_EXCHANGE, *_exchanges(targets)),
-                       rights.read)
+    plus every right on the control plane: ``declare`` creates its streams and exchanges and binds them
+    (write on a stream, read on an exchange), ``cancel`` and ``move`` write records."""
+    return Permissions(_anchor(LADDER_NAMES, CONTROL_PLANE),
+                       _anchor(LADDER_NAMES, _DEFAULT_EXCHANGE, CONTROL_PLANE, *_exchanges(targets)),
+                       _anchor(LADDER_NAMES, CONTROL_PLANE))
 
 
 def canceller() -> Permissions:
-    """Whoever records cancellations: it publishes to the exchange ``ladder.cancellations``, bound to the
+    """Whoever records cancellations: it publishes to the exchange ``ladder.record.cancel``, bound to the
     stream by the operator's ``declare``, and may do nothing else (it cannot read, declare or delete the
     stream, nor write into any other queue). Join it to a producer's with :func:`union`."""
-    return Permissions("^$", _anchor(CANCELLATIONS), "^$")
+    return Permissions("^$", _anchor(CANCEL_EXCHANGE), "^$")
 
 
 def adopter() -> Permissions:
     """A Celery worker that adopts ETA tasks sent without the ladder (and ``celery ladder adopt``).
 
-    It declares and reads the stream ``ladder.adoptions`` and writes its records there
-    through ``amq.default``; it publishes the copies into the rungs through
-    ``acemq.schedule``, where it finds the ladder declared (passively) as a producer does.
+    It reads the stream ``ladder.adoptions`` and writes its records through the exchange
+    ``ladder.record.adopted`` (its catch-up markers through ``ladder.record.marker``); it
+    publishes the copies into the rungs through ``acemq.schedule``, where it finds the
+    ladder declared (passively) as a producer does. It declares nothing of the control plane.
     Join it to the worker's own permissions and the relay's with :func:`union`.
     """
-    return Permissions(_anchor(ADOPTIONS), _anchor(LADDER_EXCHANGE, _DEFAULT_EXCHANGE), _anchor(ADOPTIONS))
+    return Permissions("^$", _anchor(LADDER_EXCHANGE, ADOPTED_EXCHANGE, MARKER_EXCHANGE), _anchor(ADOPTIONS))
 
 
 def indexer() -> Permissions:
     """A producer that indexes what it schedules (``index=True``, Celery's ``ladder_index``), beyond its producer row.
 
-    Before its first entry it declares the stream ``ladder.index`` (configure on it) and
-    appends its entries through the default exchange (write on ``amq.default``, which
-    cannot be narrowed: it reaches every queue of the vhost by name). It reads nothing.
+    It appends its entries through the exchange ``ladder.record.index``, declared and bound
+    to ``ladder.index`` by the operator, and may do nothing else. It reads nothing.
     Join it to the producer's row with :func:`union`. Without it the producer schedules
     as always, unindexed, and says so once on the ``kombu_ladder.index`` logger.
     """
-    return Permissions(_anchor(INDEX), _anchor(_DEFAULT_EXCHANGE), "^$")
+    return Permissions("^$", _anchor(ENTRY_EXCHANGE), "^$")
 
 
 def index_reader() -> Permissions:
     """Whoever reads the index: ``kombu-ladder waiting``, ``celery ladder waiting``, bulk ``cancel``, the console.
 
-    Each sync declares ``ladder.index`` and ``ladder.cancellations`` (configure), reads
-    both from an offset (read), and appends a marker to each through the default
-    exchange (write on ``amq.default``) to know when it has read everything before it.
-    A bulk cancel records its cancellations as a canceller does: join
-    :func:`canceller` (or the operator's row) with :func:`union`.
+    Each sync reads ``ladder.index`` and ``ladder.cancellations`` from an offset (read),
+    and appends a marker to each through ``ladder.record.marker`` to know when it has
+    read everything before it. A bulk cancel records its cancellations as a canceller
+    does: join :func:`canceller` (or the operator's row) with :func:`union`.
     """
-    return Permissions(_anchor(INDEX, CANCELLATIONS), _anchor(_DEFAULT_EXCHANGE), _anchor(INDEX, CANCELLATIONS))
+    return Permissions("^$", _anchor(MARKER_EXCHANGE), _anchor(INDEX, CANCELLATIONS))
 
 
 def union(*permissions: Permissions) -> Permissions:

@@ -14,8 +14,10 @@ from typing import Any, Callable, Optional
 from amqp.basic_message import Message as AmqpMessage
 from kombu import Exchange, Producer
 
+from .carry import waiting_for_confirms
 from .compat import PUBLISH_OPTIONS, RETRIED_DECLARES, current_batch
 from .contract import EXCHANGE, MESSAGE_TYPE, RUNGS, rung_name
+from .controlplane import ENTRY
 from .envelope import scheduled_content_header, scheduled_headers
 from .index.records import STREAM as INDEX_STREAM
 from .index.records import entry as index_entry
@@ -175,10 +177,17 @@ class LadderProducerMixin:
             writer.flush(self._send_index_record, self._declare_index)
 
     def _send_index_record(self, record: bytes) -> Any:
-        """Publish one index record on this producer's channel (the default exchange, routed to the stream)."""
-        return Producer.publish(self, record, routing_key=INDEX_STREAM, exchange="",  # type: ignore[arg-type]
-                                content_type="application/json", content_encoding="utf-8", compression="",
-                                delivery_mode=2, retry=False)
+        """Publish one index record through the entry exchange and wait for the broker's confirm, on a confirming
+        channel of this producer's own (its own channel, where no :class:`kombu.Connection` is at hand)."""
+        channel = self.__dict__.get("_index_channel")
+        if channel is None:
+            own: Any = self.channel  # type: ignore[attr-defined]
+            client: Any = getattr(getattr(own, "connection", None), "client", None)
+            channel = waiting_for_confirms(client.channel() if hasattr(client, "default_channel") else own)
+            self.__dict__["_index_channel"] = channel
+        message = channel.prepare_message(record, content_type="application/json", content_encoding="utf-8",
+                                          properties={"delivery_mode": 2})
+        return channel.basic_publish(message, exchange=ENTRY.exchange, routing_key=INDEX_STREAM, mandatory=True)
 
     def _declare_index(self) -> None:
         """Declare ``ladder.index`` and check this user may write it, on a channel of its own, when the
@@ -263,10 +272,10 @@ class LadderProducerMixin:
                                             content_encoding=content_encoding, mode=mode,
                                             priority=common["priority"])
             if encoded is not None:
-                result = self._publish_encoded(encoded, queue, params)
-                self._index(body, headers, properties, exchange, routing_key, due, now_ms)
-                return result
-        result = super().publish(  # type: ignore[misc]
+                self._index(body, headers, properties, exchange, routing_key, due, now_ms)  # entry first
+                return self._publish_encoded(encoded, queue, params)
+        self._index(body, headers, properties, exchange, routing_key, due, now_ms)  # entry first, confirmed
+        return super().publish(  # type: ignore[misc]
             body, queue, exchange=EXCHANGE,
             headers=scheduled_headers(
                 headers, exchange=exchange, routing_key=routing_key, due_at=due,
@@ -274,17 +283,21 @@ class LadderProducerMixin:
             ),
             delivery_mode=2, type=MESSAGE_TYPE, **common, **properties,
         )
-        self._index(body, headers, properties, exchange, routing_key, due, now_ms)
-        return result
 
     def _index(self, body: Any, headers: dict[str, Any], properties: dict[str, Any], exchange: str,
                routing_key: str, due: int, now_ms: Optional[int]) -> None:
-        """Hand the entry of what was just put into a rung to the index writer, when there is one."""
+        """Write the entry of what is about to be put into a rung, confirmed, when there is an index writer.
+
+        Before the message: a crash between the two leaves an entry without its message (a sync
+        reconciles it: not found waiting), never a message without its entry. Raises what the
+        write raised (the message is then not published), except a refusal of the indexer's rights,
+        after which this producer schedules unindexed (see :meth:`IndexWriter.write`).
+        """
         writer = self.index
         if writer is None:
             return
         task = headers.get("task") if "id" in headers else None
-        writer.add(index_entry(
+        writer.write(index_entry(
             message_id=properties.get("message_id"), task=task,
             task_id=(properties.get("correlation_id") or headers.get("id")) if task is not None else None,
             exchange=exchange, routing_key=routing_key, due=due,
@@ -355,10 +368,9 @@ class LadderProducer(LadderProducerMixin, Producer):
     ``clock`` replaces :attr:`~LadderProducerMixin.clock`; ``max_delay`` (seconds,
     default :data:`~kombu_ladder.plan.MAX_DELAY`, ten years) replaces
     :attr:`~LadderProducerMixin.max_delay`. With ``index=True`` what it puts into a
-    rung is indexed in ``ladder.index`` (see :doc:`/waiting`); entries are sent in
-    batches (see :class:`~kombu_ladder.index.IndexWriter`): call :meth:`flush_index`
-    before dropping the producer, or those of the last quarter second wait for its next
-    publish.
+    rung is indexed in ``ladder.index`` (see :doc:`/waiting`): each entry is written,
+    and confirmed by the broker, before its message is published, so when ``publish``
+    returns its entry is in the broker, or ``publish`` raised.
     """
 
     def __init__(self, *args: Any, clock: Optional[Callable[[], float]] = None,

@@ -20,7 +20,7 @@ from .relay import Relay, RelayOptions
 from .relay.options import taking_options
 from .republishing import original_routing_key, republish_copy, republish_count
 from .rescheduling import Rescheduled, reschedule
-from .topology import declare_or_find
+from .topology import declare_control_plane_if_allowed, declare_or_find
 
 __all__ = ["Scheduler", "original_routing_key", "republish_count"]
 
@@ -67,6 +67,7 @@ class Scheduler:
         self._due: "OrderedDict[str, int]" = OrderedDict()
         self._lock = threading.Lock()
         declare_or_find(connection, queue_type=self.queue_type)
+        declare_control_plane_if_allowed(connection)  # the whole topology, where this user may (the quickstarts')
         self._channel = waiting_for_confirms(connection.channel())
         self._producer = LadderProducer(self._channel, serializer=serializer, clock=self.clock,
                                         max_delay=self.max_delay, queue_type=self.queue_type, index=index)

@@ -6,8 +6,8 @@ import logging
 import time
 from typing import Any, Callable, Optional
 
-from .cancellation.records import STREAM
 from .contract import EXCHANGE
+from .controlplane import is_control_plane
 from .text import quote
 
 __all__ = ["MAX_NAME", "INTERNAL_PREFIX", "ExchangeCheck", "name_problem", "is_internal", "own_name_problem"]
@@ -45,18 +45,20 @@ def own_name_problem(exchange: str, routing_key: str) -> Optional[tuple[str, str
     """Say why a delivery to ``exchange`` with ``routing_key`` would land in the ladder itself, or None.
 
     The ladder's own names are never a delivery target: the exchange ``acemq.schedule``
-    (it routes into the rungs and the control queue), the exchange ``ladder.cancellations``,
-    and, through the default exchange, a queue of the ladder's (``acemq.schedule.*``: the
-    rungs, the control and parking queues) or the cancellation stream. A delivery there
-    would let whoever may schedule a message write a cancellation record, park a message
-    or feed the control queue with the relay's rights.
+    (it routes into the rungs and the control queue), every control-plane name (a
+    record kind's exchange, a stream: :data:`kombu_ladder.controlplane.NAMES`), and,
+    through the default exchange, a queue of the ladder's (``acemq.schedule.*``: the
+    rungs, the control and parking queues) or a stream of the control plane. A delivery
+    there would let whoever may schedule a message write a record, park a message or feed
+    the control queue with the relay's rights.
 
     Returns:
         ``(argument, reason)``: which of ``"exchange"`` and ``"routing_key"`` is at fault, and why.
     """
-    if exchange in (EXCHANGE, STREAM):
+    if exchange == EXCHANGE or is_control_plane(exchange):
         return "exchange", f"exchange {quote(exchange)} is the ladder's own, never a delivery target"
-    if not exchange and (routing_key in (EXCHANGE, STREAM) or routing_key.startswith(EXCHANGE + ".")):
+    if not exchange and (routing_key == EXCHANGE or is_control_plane(routing_key)
+                         or routing_key.startswith(EXCHANGE + ".")):
         return "routing_key", (f"routing key {quote(routing_key)} names the ladder's own queue through the default "
                                f"exchange, never a delivery target")
     return None

@@ -9,11 +9,13 @@ from amqp.exceptions import AccessRefused, ChannelError, PreconditionFailed
 from kombu import Exchange, Queue
 
 from .contract import CONTROL, EXCHANGE, EXCHANGE_TYPE, PARKING, RUNGS, arguments_for, rung_name
+from .controlplane import PROBE_KEY, declare_control_plane
 from .errors import LadderNotDeclared, TopologyConflict
-from .link import close_quietly
+from .link import close_quietly, sibling
 from .tuning import QUEUE_TYPES
 
-__all__ = ["QUEUE_TYPES", "check_queue_type", "declare", "declare_or_find", "declared_queue_type", "resolve_queue_type",
+__all__ = ["QUEUE_TYPES", "check_queue_type", "declare", "declare_control_plane_if_allowed", "check_writable",
+           "declare_or_find", "declared_queue_type", "resolve_queue_type",
            "ladder_exchange", "ladder_queues", "parking_queue", "queue_arguments"]
 
 logger = logging.getLogger(__name__)
@@ -127,6 +129,46 @@ def declare(connection_or_channel: Any, queue_type: str = "classic") -> list[str
     return _declare_on(connection_or_channel, queue_type)
 
 
+def check_writable(connection: Any, exchange: str) -> None:
+    """Check, on a channel of its own, that this user may publish to ``exchange`` (a record kind's).
+
+    A publish the broker refuses closes the channel it was sent on, later and without an answer:
+    so one probe is published with a routing key bound to nothing (checked as a record is, stored
+    nowhere), followed by a round trip that receives the refusal.
+
+    Raises:
+        the broker's channel error: 404 (the exchange does not exist) or 403 (not this user's to write).
+    """
+    channel = connection.channel()
+    try:
+        channel.basic_publish(channel.prepare_message(b"{}"), exchange=exchange, routing_key=PROBE_KEY)
+        channel.basic_qos(0, 0, False)  # a round trip: a refused publish is answered before it
+    finally:
+        close_quietly(channel)
+
+
+def declare_control_plane_if_allowed(connection_or_channel: Any) -> bool:
+    """Declare the control plane (:mod:`kombu_ladder.controlplane`) on a channel of its own, if this user may.
+
+    A user with full rights (a development broker's ``guest``, a worker the README's way) gets the
+    whole topology from :func:`declare`; a least-privilege role (a relay, a producer) has no configure
+    on a control-plane name and declares none of it: the operator's ``kombu-ladder declare`` does.
+
+    Returns:
+        Whether it was declared (False: this user may not).
+    """
+    channel = connection_or_channel.channel() if hasattr(connection_or_channel, "default_channel") \
+        else sibling(connection_or_channel)
+    try:
+        declare_control_plane(channel)
+    except AccessRefused as exc:
+        logger.debug("this user may not declare the control plane (%s): the operator's 'declare' does", exc)
+        return False
+    finally:
+        close_quietly(channel)
+    return True
+
+
 def declare_or_find(connection_or_channel: Any, queue_type: str = "classic") -> list[str]:
     """:func:`declare` the ladder, or, for a user who may not (no configure permission: a producer with
     the minimal permissions of :func:`kombu_ladder.permissions.producer`), find it declared.
@@ -139,7 +181,7 @@ def declare_or_find(connection_or_channel: Any, queue_type: str = "classic") -> 
         TopologyConflict, ValueError: as :func:`declare`.
     """
     try:
-        return declare(connection_or_channel, queue_type)
+        names = declare(connection_or_channel, queue_type)
     except AccessRefused as exc:
         missing = _missing(connection_or_channel, [EXCHANGE, *(q.name for q in [*ladder_queues(), parking_queue()])])
         if missing:
@@ -147,6 +189,7 @@ def declare_or_find(connection_or_channel: Any, queue_type: str = "classic") -> 
                                                           reason=" ".join(str(exc).split()))) from None
         logger.debug("the ladder is declared; this user may not declare it (%s)", exc)
         return [queue.name for queue in ladder_queues(queue_type)]
+    return names
 
 
 def declared_queue_type(connection: Any) -> Optional[str]:

@@ -6,6 +6,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
+from kombu_ladder.controlplane import ADOPTED, ADOPTIONS, MARKER
+from kombu_ladder.controlplane import STREAM_ARGUMENTS as _STREAM_ARGUMENTS
 from kombu_ladder.jsonrecords import load_object, millis
 
 __all__ = [
@@ -22,10 +24,10 @@ ADOPTED_HEADER = "ladder_adopted"
 #: The durable stream of adoption records, an extension of ours beside ``ladder.cancellations``
 #: (no AceMQ peer reads it). A record is committed in the same transaction as its copy, so it
 #: exists exactly when the copy does: a redelivered original found there was adopted already.
-STREAM = "ladder.adoptions"
+STREAM = ADOPTIONS
 #: Its arguments: retention past the longest delay the ladder accepts (ten years), as the
 #: cancellation stream's, since an original may come back as late as its copy is due.
-STREAM_ARGUMENTS = {"x-queue-type": "stream", "x-max-age": "11Y"}
+STREAM_ARGUMENTS = dict(_STREAM_ARGUMENTS)
 
 #: How long (ms) past its copy's due time a record is kept in memory: an original redelivered
 #: later than that (its queue unconsumed for a day after its ETA) is no longer recognised.
@@ -40,8 +42,8 @@ MAX_RECORD_BYTES = 4096
 #: Verdicts of :func:`verdict`: hand the message to Celery as it is; adopt it; look it up first.
 RUN, ADOPT, CHECK = "run", "adopt", "check"
 
-KIND_ADOPTED = "adopted"
-KIND_MARKER = "marker"
+KIND_ADOPTED = ADOPTED.name
+KIND_MARKER = MARKER.name
 #: The record format's version.
 VERSION = 1
 

@@ -12,13 +12,15 @@ from typing import Any, Callable, Optional
 from kombu import Producer
 
 from kombu_ladder.carry import carried
+from kombu_ladder.controlplane import ADOPTED, MARKER, accepts
 from kombu_ladder.plan import to_millis
 from kombu_ladder.producer import LadderProducer
 from kombu_ladder.text import escape
+from kombu_ladder.topology import check_writable, declare_control_plane_if_allowed
 
 from ..publish import task_eta
 from ..settings import LadderSettings
-from .records import ADOPTED_HEADER, STREAM, STREAM_ARGUMENTS, Adopted, RecordError, decode, encode, encode_marker
+from .records import ADOPTED_HEADER, STREAM, Adopted, RecordError, decode, encode, encode_marker
 
 __all__ = ["Mover", "Records", "task_due", "declare_stream", "CATCH_UP_TIMEOUT"]
 
@@ -35,12 +37,9 @@ RAW = ("application/data", "binary")
 
 
 def declare_stream(connection: Any) -> None:
-    """Declare ``ladder.adoptions`` on a channel of its own (a refused declaration closes only that one)."""
-    channel = connection.channel()
-    try:
-        channel.queue_declare(queue=STREAM, durable=True, auto_delete=False, arguments=dict(STREAM_ARGUMENTS))
-    finally:
-        channel.close()
+    """Declare the control plane (``ladder.adoptions`` and its exchange among it) on a channel of its own, if this
+    user may: an adopter with its least-privilege row may not, and finds it declared by the operator."""
+    declare_control_plane_if_allowed(connection)
 
 
 def task_due(headers: Any, timezone: Any, name: str = "eta") -> Optional[datetime]:
@@ -69,6 +68,7 @@ class Mover:
     def __init__(self, connection: Any, *, settings: LadderSettings,
                  clock: Optional[Callable[[], float]] = None) -> None:
         declare_stream(connection)
+        check_writable(connection, ADOPTED.exchange)  # refused (403) or undeclared (404) before anything moves
         self.channel = connection.channel()
         self.channel.tx_select()
         self.staged = 0
@@ -94,7 +94,8 @@ class Mover:
                              headers=headers, eta=eta, serializer=None, content_type=content_type,
                              content_encoding=content_encoding, compression=None,
                              delivery_mode=(message.properties or {}).get("delivery_mode"), **properties)
-        self._records.publish(record, content_type="application/json", content_encoding="utf-8", delivery_mode=2)
+        self._records.publish(record, exchange=ADOPTED.exchange, content_type="application/json",
+                              content_encoding="utf-8", delivery_mode=2)
         self.staged += 1
 
     def commit(self) -> None:
@@ -140,7 +141,8 @@ class Records:
             self._channel = channel
         token = self._token = uuid.uuid4().hex
         Producer(self._channel, routing_key=STREAM, auto_declare=False).publish(
-            encode_marker(token), content_type="application/json", content_encoding="utf-8", delivery_mode=2)
+            encode_marker(token), exchange=MARKER.exchange, content_type="application/json",
+            content_encoding="utf-8", delivery_mode=2)
         deadline = time.monotonic() + timeout
         while self._token == token and time.monotonic() < deadline:
             self.poll(min(1.0, max(0.0, deadline - time.monotonic())))
@@ -163,6 +165,10 @@ class Records:
         self._taken = message.delivery_info["delivery_tag"]
         try:
             record = decode(message.body)
+            exchange = (message.delivery_info or {}).get("exchange")
+            if not accepts(record.kind, exchange):
+                raise RecordError(f"a {record.kind!r} record written through the exchange {exchange!r:.60}, "
+                                  f"not its own")
         except RecordError as exc:
             self.skipped += 1
             logger.warning(W_BAD_RECORD, STREAM, escape(exc))

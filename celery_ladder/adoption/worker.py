@@ -28,7 +28,8 @@ E_NO_RECORDS = ("cannot read %s to its end (%s); %d redelivered ETA task(s) are 
                 "one whose adoption committed as its worker died may run twice")
 E_ADOPTER = "the ladder's adoption thread failed (%s); its tasks are handed back or redelivered"
 E_REFUSED = ("the broker refuses what adoption needs (%s): this worker holds ETA tasks as Celery does, and tries "
-             "again in %d s; grant the adopter's permissions (kombu_ladder.permissions.adopter)")
+             "again in %d s; grant the adopter's permissions (kombu_ladder.permissions.adopter), and declare the "
+             "control plane ('kombu-ladder declare')")
 
 #: Jobs moved in one transaction at most.
 BATCH = 100
@@ -42,6 +43,9 @@ ATTEMPTS = 5
 REFUSED_FOR = 60.0
 #: AMQP's reply code for an operation the user's permissions refuse.
 ACCESS_REFUSED = 403
+#: The reply codes of a refusal before anything moved: not this user's (403), or the control plane not declared
+#: (404: the exchange of adoption records is missing).
+REFUSALS = (ACCESS_REFUSED, 404)
 
 
 @dataclass
@@ -150,7 +154,7 @@ class Adopter:
                     self._records.poll()
             except Exception as exc:  # noqa: BLE001 - the thread outlives any one failure
                 self._disconnect()
-                if getattr(exc, "reply_code", None) == ACCESS_REFUSED:  # refused before any commit: nothing moved
+                if getattr(exc, "reply_code", None) in REFUSALS:  # refused before any commit: nothing moved
                     logger.error(E_REFUSED, escape(f"{type(exc).__name__}: {exc}"), int(REFUSED_FOR))
                     self._refused_until = time.monotonic() + REFUSED_FOR
                     for job in jobs:

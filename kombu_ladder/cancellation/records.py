@@ -3,31 +3,36 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any, Optional
 
 from ..contract import RUNGS
+from ..controlplane import CANCEL, CANCELLATIONS, MARKER
+from ..controlplane import STREAM_ARGUMENTS as _STREAM_ARGUMENTS
+from ..deaths import entered_rung_ms
 from ..jsonrecords import load_object, millis
 
 __all__ = [
     "STREAM", "STREAM_ARGUMENTS", "STREAM_EXCHANGE", "STREAM_EXCHANGE_TYPE", "MARGIN", "SLACK", "LONGEST_RUNG",
     "LIFE", "MAX_ID_BYTES", "MAX_RECORD_BYTES", "Record", "RecordError", "LiveSet", "encode", "encode_marker",
-    "decode", "check_id",
+    "decode", "check_id", "READ_BACK_MS", "CELERY_TASK_HEADER", "read_from", "cancelled_id",
 ]
 
 #: The durable stream that holds every cancellation record. An extension of ours: it is not an
 #: AceMQ contract name (``acemq.schedule*`` is the contract's), and no AceMQ peer reads it.
-STREAM = "ladder.cancellations"
-#: Its arguments (part of the topology: other relays of ours declare the stream with these, so they do
-#: not change). Retention (``x-max-age``) is longer than the longest delay the ladder accepts; what a
-#: relay *reads* is bounded instead: the records of the last :data:`LIFE` (see ``relay.cancelwatch``).
-STREAM_ARGUMENTS = {"x-queue-type": "stream", "x-max-age": "11Y"}
+STREAM = CANCELLATIONS
+#: Its arguments (the control plane's table: see :mod:`kombu_ladder.controlplane`). Retention (``x-max-age``)
+#: is longer than the longest delay the ladder accepts; what a relay *reads* is bounded instead: the
+#: records of the last :data:`LIFE` (see ``relay.cancelwatch``).
+STREAM_ARGUMENTS = dict(_STREAM_ARGUMENTS)
 #: The exchange cancellers publish their records to, bound to the stream: writing it is the right to
-#: cancel, and nothing more (write on the default exchange would reach every queue of the vhost).
-#: Same name as the stream: one permission regexp covers both.
-STREAM_EXCHANGE = STREAM
-#: Its type: every record it takes goes to the stream, whatever the routing key.
-STREAM_EXCHANGE_TYPE = "fanout"
+#: cancel, and nothing more. A reader accepts a cancellation only from it (a record written through the
+#: default exchange, which reaches every queue of the vhost by name, is skipped).
+STREAM_EXCHANGE = CANCEL.exchange
+#: Its type (direct: the stream's name is the routing key).
+STREAM_EXCHANGE_TYPE = CANCEL.type
 #: How long (ms) a message may wait in ``acemq.schedule.due`` before a relay takes it (every relay
 #: down, a backlog) and still be dropped when its cancellation is: past its due time, or past the
 #: moment it left its rung.
@@ -48,8 +53,8 @@ MAX_ID_BYTES = 255
 #: A record bigger than this is not one of ours: it is skipped unread.
 MAX_RECORD_BYTES = 4096
 #: The ``ladder`` field of a cancellation, and of the marker a relay writes to know it has caught up.
-KIND_CANCEL = "cancel"
-KIND_MARKER = "marker"
+KIND_CANCEL = CANCEL.name
+KIND_MARKER = MARKER.name
 #: What the canceller said its id was: the AMQP ``message_id`` (Kombu), or a Celery task id, which
 #: Celery sends as the ``correlation_id`` of a task message (and not as its ``message_id``). A relay
 #: matches a record against both whatever its key says (one meaning for an id); relays
@@ -220,3 +225,47 @@ class LiveSet:
 
     def __contains__(self, message_id: object) -> bool:
         return message_id in self._records
+
+
+#: How far back (ms) a relay starts reading the stream: a record older than
+#: :data:`~kombu_ladder.cancellation.records.LIFE` can drop no message, and
+#: :data:`~kombu_ladder.cancellation.records.SLACK` more covers a canceller's clock ahead of the broker's
+#: (whose append time the offset is). The stream's retention is not changed (it is part of the topology
+#: every relay declares); what a relay reads is bounded instead.
+READ_BACK_MS = LIFE + SLACK
+#: The header that makes a message a Celery task message (protocol 2), whose ``correlation_id`` is its task id.
+CELERY_TASK_HEADER = "task"
+
+
+def read_from(now: float) -> datetime:
+    """The stream offset to read the records that can still matter from, at ``now`` (epoch seconds)."""
+    start = max(0, int(now * 1000) - READ_BACK_MS) // 1000
+    return datetime.fromtimestamp(start, tz=timezone.utc)
+
+
+def cancelled_id(live: LiveSet, now: int, message_id: Any, correlation_id: Any = None,
+                 headers: Optional[Mapping[str, Any]] = None) -> Optional[str]:
+    """The id under which ``live`` cancels a message with these properties at ``now``, or None.
+
+    See :meth:`kombu_ladder.relay.cancelwatch.CancelWatch.cancelled` for the rule (what an id matches, and
+    when the message must have entered its rung).
+    """
+    for value, needs_task in ((message_id, False), (correlation_id, True)):
+        text = _text(value)
+        if text is None or text not in live:
+            continue
+        if needs_task and (headers is None or CELERY_TASK_HEADER not in headers):
+            continue
+        if live.cancelled(text, now, entered=entered_rung_ms(headers)):
+            return text
+    return None
+
+
+def _text(value: Any) -> Optional[str]:
+    """A property as text (bytes as on the wire decoded as UTF-8), or None."""
+    if isinstance(value, (bytes, bytearray)):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    return value if isinstance(value, str) and value else None

@@ -3,26 +3,26 @@
 from __future__ import annotations
 
 import logging
+import time
 from datetime import datetime
 from typing import Any, Callable, Iterable, Optional, Union
 
 from kombu import Producer
 
-from ..carry import waiting_for_confirms
+from ..carry import confirming, waiting_for_confirms
+from ..controlplane import declare_control_plane
 from ..errors import CancellationsUnavailable
 from ..link import clock_of, close_quietly
 from ..plan import to_millis
-from .records import STREAM, STREAM_ARGUMENTS, STREAM_EXCHANGE, STREAM_EXCHANGE_TYPE, check_id, encode
+from .records import STREAM, STREAM_ARGUMENTS, STREAM_EXCHANGE, check_id, encode
 
 __all__ = ["cancel", "cancel_many", "declare_stream", "declare_cancellations", "CancellationsUnavailable"]
 
 logger = logging.getLogger(__name__)
 
 I_CANCELLED = "recorded a cancellation for id %r (due %s) in %s"
-I_FALLBACK = ("the exchange %s cannot take cancellations (%s); recording them through the default exchange "
-              "(run 'kombu-ladder declare' to create it)")
-E_UNAVAILABLE = ("cannot record cancellations: the exchange {exchange} {problem}, and writing to the stream "
-                 "{stream} through the default exchange was refused too ({reason}). A canceller needs write on "
+I_DECLARED = "the exchange %s %s; declared the control plane, and recorded the cancellations"
+E_UNAVAILABLE = ("cannot record cancellations: the exchange {exchange} {problem}. A canceller needs write on "
                  "{exchange} (kombu_ladder.permissions.canceller), and the operator declares the exchange and "
                  "binds it with 'kombu-ladder declare' (or 'celery ladder declare')")
 
@@ -30,6 +30,9 @@ E_UNAVAILABLE = ("cannot record cancellations: the exchange {exchange} {problem}
 #: bound (the record was returned), or not this user's to write.
 _NOT_SET_UP = {404: "does not exist", 312: "is not bound to the stream (the record was returned unrouted)",
                403: "may not be written by this user"}
+
+#: Seconds the records of one call may take to be confirmed, all together.
+CONFIRM_TIMEOUT = 60.0
 
 #: A due time: an aware datetime, or epoch milliseconds.
 Due = Union[datetime, int, None]
@@ -41,19 +44,17 @@ def declare_stream(channel: Any) -> None:
 
 
 def declare_cancellations(connection_or_channel: Any) -> None:
-    """Declare the stream, the exchange cancellers publish to
-    (:data:`~kombu_ladder.cancellation.records.STREAM_EXCHANGE`) and its binding to the stream: what the
-    operator's ``declare`` sets up. On a channel of its own when given a :class:`kombu.Connection`."""
+    """Declare the control plane (:func:`~kombu_ladder.controlplane.declare_control_plane`): the stream, the
+    exchange cancellers publish to (:data:`~kombu_ladder.cancellation.records.STREAM_EXCHANGE`) and its
+    binding, with the other kinds'. What the operator's ``declare`` sets up. On a channel of its own when
+    given a :class:`kombu.Connection`."""
     if hasattr(connection_or_channel, "default_channel"):
         channel = connection_or_channel.channel()
         try:
-            return declare_cancellations(channel)
+            return declare_control_plane(channel)
         finally:
             close_quietly(channel)
-    channel = connection_or_channel
-    declare_stream(channel)
-    channel.exchange_declare(STREAM_EXCHANGE, STREAM_EXCHANGE_TYPE, durable=True, auto_delete=False)
-    channel.queue_bind(STREAM, STREAM_EXCHANGE, "")
+    declare_control_plane(connection_or_channel)
 
 
 def _due_ms(due: Due) -> Optional[int]:
@@ -88,11 +89,10 @@ def cancel_many(connection: Any, message_ids: Iterable[str], *, due: Due = None,
             task ids (which Celery sends as a task message's ``correlation_id``). Relays of this
             release match both whatever it says; older ones match only the one named.
 
-    The records go to the exchange ``ladder.cancellations`` (bound to the stream by the
-    operator's ``declare``): writing to it is all a canceller needs. Where it does not exist
-    yet, or is not bound, they go to the stream through the default exchange, declared first,
-    as releases before the exchange did (that needs configure on the stream and write on
-    ``amq.default``).
+    The records go to the exchange ``ladder.record.cancel``, bound to the stream by the operator's
+    ``declare``: writing to it is all a canceller needs, and the only way a relay accepts a cancellation.
+    Where it does not exist yet, or is not bound, the control plane is declared first when this user
+    may (a user with full rights, as on a development broker), and the records are sent again.
 
     Raises:
         TypeError, ValueError: an id that cannot be an AMQP message id, or a bad ``due``.
@@ -106,29 +106,76 @@ def cancel_many(connection: Any, message_ids: Iterable[str], *, due: Due = None,
     bodies = [(message_id, encode(message_id, at=int(clock() * 1000), due=due_ms, key=key)) for message_id in ids]
     channel = waiting_for_confirms(connection.channel())
     try:
-        try:  # through the exchange: all a canceller may write (the first record tells whether it is set up)
+        try:  # the first record tells whether the exchange is set up
             _publish(channel, STREAM_EXCHANGE, bodies[:1])
         except connection.channel_errors as exc:
             problem = _NOT_SET_UP.get(getattr(exc, "reply_code", 0))
             if problem is None:
                 raise
-            logger.debug(I_FALLBACK, STREAM_EXCHANGE, problem)
             close_quietly(channel)
             channel = waiting_for_confirms(connection.channel())
-            try:  # the way of the releases before the exchange: needs configure on the stream and amq.default
-                declare_stream(channel)
-                _publish(channel, "", bodies)
+            if getattr(exc, "reply_code", 0) == 403:
+                raise CancellationsUnavailable(E_UNAVAILABLE.format(exchange=STREAM_EXCHANGE,
+                                                                    problem=problem)) from None
+            try:
+                declare_control_plane(channel)
             except connection.channel_errors as refused:
                 raise CancellationsUnavailable(E_UNAVAILABLE.format(
-                    exchange=STREAM_EXCHANGE, problem=problem, stream=STREAM,
-                    reason=getattr(refused, "reply_text", None) or refused)) from None
+                    exchange=STREAM_EXCHANGE, problem=f"{problem} and this user may not declare it "
+                    f"({getattr(refused, 'reply_text', None) or refused})")) from None
+            logger.info(I_DECLARED, STREAM_EXCHANGE, problem)
+            _publish_pipelined(connection, bodies)
         else:
-            _publish(channel, STREAM_EXCHANGE, bodies[1:])
+            _publish_pipelined(connection, bodies[1:])
     finally:
         close_quietly(channel)
     for message_id, _ in bodies:
         logger.info(I_CANCELLED, message_id, "unknown" if due_ms is None else due_ms, STREAM)
     return len(ids)
+
+
+def _publish_pipelined(connection: Any, bodies: list[tuple[str, bytes]], *, timeout: float = CONFIRM_TIMEOUT) -> None:
+    """Publish the records to the cancel exchange on a confirming channel of their own, mandatory, confirms
+    pipelined: all are sent, then their confirms waited for together.
+
+    Raises:
+        CancellationsUnavailable: the broker nacked or returned a record, or did not confirm them in ``timeout``.
+    """
+    if not bodies:
+        return
+    acked, refused = [0], []
+
+    def on_ack(tag: int, multiple: bool) -> None:
+        acked[0] = max(acked[0], tag)
+
+    def on_nack(tag: int, multiple: bool) -> None:
+        refused.append(f"nacked (delivery tag {tag})")
+        on_ack(tag, multiple)
+
+    def on_return(exc: Any, exchange: str, routing_key: str, message: Any) -> None:
+        refused.append(f"returned by {exchange!r}: {getattr(exc, 'reply_text', exc)}")
+
+    channel = confirming(connection.channel(), on_ack=on_ack, on_nack=on_nack, on_return=on_return)
+    try:
+        for _, body in bodies:
+            message = channel.prepare_message(body, content_type="application/json", content_encoding="utf-8",
+                                              properties={"delivery_mode": 2})
+            type(channel).basic_publish(channel, message, exchange=STREAM_EXCHANGE, routing_key=STREAM,
+                                        mandatory=True)
+        deadline = time.monotonic() + timeout
+        while acked[0] < len(bodies):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise CancellationsUnavailable(f"the broker did not confirm {len(bodies) - acked[0]} cancellation "
+                                               f"record(s) within {timeout:g} s")
+            try:
+                connection.drain_events(timeout=min(left, 1.0))
+            except TimeoutError:
+                continue
+        if refused:
+            raise CancellationsUnavailable(f"the broker refused cancellation records ({'; '.join(refused[:3])})")
+    finally:
+        close_quietly(channel)
 
 
 def _publish(channel: Any, exchange: str, bodies: list[tuple[str, bytes]]) -> None:

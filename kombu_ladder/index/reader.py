@@ -14,19 +14,18 @@ from typing import Any, Callable, Optional, Union
 
 from kombu import Consumer, Producer, Queue
 
-from ..cancellation.records import SLACK, RecordError
+from ..cancellation.records import SLACK, RecordError, read_from
 from ..cancellation.records import STREAM as CANCELLATIONS
 from ..cancellation.records import decode as decode_cancel
 from ..cancellation.records import encode_marker as encode_cancel_marker
-from ..cancellation.stream import declare_stream
+from ..controlplane import MARKER, accepts
 from ..link import clock_of, close_quietly
-from ..relay.cancelwatch import read_from
-from ..relay.notices import Notices
+from ..notices import Notices
 from ..text import escape
+from ..topology import declare_control_plane_if_allowed
 from .records import STREAM as INDEX
 from .records import IndexRecordError, decode, encode_marker
 from .store import IndexStore
-from .writer import declare_index
 
 __all__ = ["sync", "SyncResult", "IndexUnavailable", "default_path", "INDEX_ENV", "SYNC_TIMEOUT"]
 
@@ -82,7 +81,7 @@ class _StreamRead:
     """One stream read from an offset to the marker this reader appended to it."""
 
     def __init__(self, stream: str, store: IndexStore, result: SyncResult, notices: Notices,
-                 handle: Callable[[bytes, str], bool]) -> None:
+                 handle: Callable[[bytes, str, Any], bool]) -> None:
         self.stream, self.store, self.result, self.notices, self.handle = stream, store, result, notices, handle
         self.token = uuid.uuid4().hex
         self.done = False
@@ -106,7 +105,8 @@ class _StreamRead:
         self.result.records += 1
         try:
             if self.handle(bytes(message.body) if not isinstance(message.body, str)
-                           else message.body.encode("utf-8", "surrogatepass"), self.token):
+                           else message.body.encode("utf-8", "surrogatepass"), self.token,
+                           (message.delivery_info or {}).get("exchange")):
                 self.done = True
         except (IndexRecordError, RecordError) as exc:
             self.skipped += 1
@@ -140,9 +140,12 @@ class _StreamRead:
         self.unsaved = 0
 
 
-def _handle_index(store: IndexStore, result: SyncResult) -> Callable[[bytes, str], bool]:
-    def handle(body: bytes, token: str) -> bool:
+def _handle_index(store: IndexStore, result: SyncResult) -> Callable[[bytes, str, Any], bool]:
+    def handle(body: bytes, token: str, exchange: Any) -> bool:
         batch = decode(body)
+        if not accepts(batch.kind, exchange):
+            raise IndexRecordError(f"a {batch.kind!r} record written through the exchange {exchange!r:.60}, "
+                                   f"not its own")
         if batch.kind == "marker":
             return batch.token == token
         store.add(batch.entries)
@@ -152,9 +155,11 @@ def _handle_index(store: IndexStore, result: SyncResult) -> Callable[[bytes, str
     return handle
 
 
-def _handle_cancellations(store: IndexStore, result: SyncResult) -> Callable[[bytes, str], bool]:
-    def handle(body: bytes, token: str) -> bool:
+def _handle_cancellations(store: IndexStore, result: SyncResult) -> Callable[[bytes, str, Any], bool]:
+    def handle(body: bytes, token: str, exchange: Any) -> bool:
         record = decode_cancel(body)
+        if not accepts(record.kind, exchange):
+            raise RecordError(f"a {record.kind!r} record written through the exchange {exchange!r:.60}, not its own")
         if record.kind == "marker":
             return record.id == token
         store.cancel(record.id, record.at)
@@ -165,56 +170,57 @@ def _handle_cancellations(store: IndexStore, result: SyncResult) -> Callable[[by
 
 
 def _read(connection: Any, store: IndexStore, stream: str, first: Union[str, datetime], reading: _StreamRead,
-          *, marker: bytes, declare: Callable[[Any], None], timeout: float) -> None:
-    channel = _declared(connection, stream, declare, time.monotonic() + timeout)
-    reading.channel = channel
+          *, marker: bytes, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    known, _ = store.position(stream)
+    start: Union[int, str, datetime] = first if known is None else known
+    reading.position = known if known is not None else (0 if first == "first" else None)
+    channel = _consuming(connection, stream, start, reading, deadline)
+    store.begin()
     try:
-        known, _ = store.position(stream)
-        start: Union[int, str, datetime] = first if known is None else known
-        reading.position = known if known is not None else (0 if first == "first" else None)
-        channel.basic_qos(0, PREFETCH, False)
-        queue = Queue(stream, no_declare=True, consumer_arguments={"x-stream-offset": start})
-        store.begin()
-        try:
-            with Consumer(channel, [queue], on_message=reading.on_message, no_ack=False):
-                Producer(channel, auto_declare=False).publish(marker, exchange="", routing_key=stream,
-                                                              content_type="application/json",
-                                                              content_encoding="utf-8", delivery_mode=2)
-                deadline = time.monotonic() + timeout
-                while not reading.done:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise IndexUnavailable(f"{stream} was not read to its end within {timeout:g} s "
-                                               f"({reading.result.records} record(s) read; run the sync again "
-                                               f"to go on from there)")
-                    try:
-                        connection.drain_events(timeout=min(left, 1.0))
-                    except TimeoutError:  # socket.timeout is TimeoutError
-                        pass
-                    if reading.unsaved >= COMMIT_EVERY:
-                        reading.save()
-            reading.save()
-        finally:
-            store.commit()
+        Producer(channel, auto_declare=False).publish(marker, exchange=MARKER.exchange, routing_key=stream,
+                                                      content_type="application/json",
+                                                      content_encoding="utf-8", delivery_mode=2)
+        while not reading.done:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise IndexUnavailable(f"{stream} was not read to its end within {timeout:g} s "
+                                       f"({reading.result.records} record(s) read; run the sync again "
+                                       f"to go on from there)")
+            try:
+                connection.drain_events(timeout=min(left, 1.0))
+            except TimeoutError:  # socket.timeout is TimeoutError
+                pass
+            if reading.unsaved >= COMMIT_EVERY:
+                reading.save()
+        reading.save()
     finally:
+        store.commit()
         close_quietly(channel)
 
 
-def _declared(connection: Any, stream: str, declare: Callable[[Any], None], deadline: float) -> Any:
-    """A channel on which ``stream`` was declared. Just after a broker restart a stream's node may not serve it
-    yet (404, "home node ... is down"): it is tried again every :data:`RETRY_EVERY` s until ``deadline``."""
+def _consuming(connection: Any, stream: str, start: Union[int, str, datetime], reading: _StreamRead,
+               deadline: float) -> Any:
+    """A channel consuming ``stream`` from ``start`` into ``reading``. Nothing is declared (a reader has no
+    configure on a control-plane name). Just after a broker restart a stream's node may not serve it yet
+    (404, "home node ... is down"): it is tried again every :data:`RETRY_EVERY` s until ``deadline``."""
     while True:
-        channel = connection.channel()
+        channel = reading.channel = connection.channel()
         try:
-            declare(channel)
+            channel.basic_qos(0, PREFETCH, False)
+            Consumer(channel, [Queue(stream, no_declare=True, consumer_arguments={"x-stream-offset": start})],
+                     on_message=reading.on_message, no_ack=False).consume()
             return channel
         except connection.channel_errors as exc:
             close_quietly(channel)
             if getattr(exc, "reply_code", None) != 404:
                 raise
+            text = getattr(exc, "reply_text", None) or exc
+            if "home node" not in str(text):
+                raise IndexUnavailable(f"{stream} does not exist ({text}): the operator's 'kombu-ladder declare' "
+                                       f"declares it") from None
             if time.monotonic() >= deadline:
-                raise IndexUnavailable(f"{stream} is not served by the broker yet "
-                                       f"({getattr(exc, 'reply_text', None) or exc})") from None
+                raise IndexUnavailable(f"{stream} is not served by the broker yet ({text})") from None
         time.sleep(RETRY_EVERY)
 
 
@@ -250,21 +256,22 @@ def sync(connection: Any, store: IndexStore, *, timeout: float = SYNC_TIMEOUT,
     result = SyncResult()
     notices = Notices(logger)
     now_ms = int(clock() * 1000)
-    for stream, handle, marker, declare in (
-            (INDEX, _handle_index(store, result), encode_marker, declare_index),
-            (CANCELLATIONS, _handle_cancellations(store, result), encode_cancel_marker, declare_stream)):
+    declare_control_plane_if_allowed(connection)
+    for stream, handle, marker in (
+            (INDEX, _handle_index(store, result), encode_marker),
+            (CANCELLATIONS, _handle_cancellations(store, result), encode_cancel_marker)):
         first = "first" if stream == INDEX else cancellations_from(store, clock())
         reading = _StreamRead(stream, store, result, notices, handle)
         bulk = stream == INDEX and store.position(stream)[0] is None and not len(store)
         with store.loading() if bulk else nullcontext():
             _read(connection, store, stream, first, reading, marker=marker(reading.token, at=now_ms),
-                  declare=declare, timeout=timeout)
+                  timeout=timeout)
         if reading.reset:
             logger.warning(W_RESET, stream)
             store.forget(stream)
             reading = _StreamRead(stream, store, result, notices, handle)
             _read(connection, store, stream, first, reading, marker=marker(reading.token, at=now_ms),
-                  declare=declare, timeout=timeout)
+                  timeout=timeout)
     result.pruned = store.prune(now_ms)
     notices.flush()
     result.seconds = time.monotonic() - started

@@ -8,6 +8,8 @@ from typing import Any, Mapping, NamedTuple, Optional, Sequence
 
 from ..cancellation.records import MAX_ID_BYTES
 from ..contract import DUE_AT, TARGET_EXCHANGE, TARGET_ROUTING_KEY
+from ..controlplane import ENTRY, INDEX, MARKER
+from ..controlplane import STREAM_ARGUMENTS as _STREAM_ARGUMENTS
 from ..jsonrecords import load_object, millis
 from ..plan import parse_due_at
 
@@ -18,14 +20,15 @@ __all__ = [
 
 #: The stream the index records go to. Ours, like ``ladder.cancellations``: no AceMQ peer reads or writes it,
 #: and nothing in the contract's queues, headers or arguments changes when it is used.
-STREAM = "ladder.index"
-#: Its arguments. Retention matches ``ladder.cancellations``: past the longest delay the ladder accepts.
-STREAM_ARGUMENTS = {"x-queue-type": "stream", "x-max-age": "11Y"}
+STREAM = INDEX
+#: Its arguments (the control plane's table). Retention matches ``ladder.cancellations``: past the longest
+#: delay the ladder accepts.
+STREAM_ARGUMENTS = dict(_STREAM_ARGUMENTS)
 #: The record format's version.
 VERSION = 1
 #: The ``ladder`` field of a batch of entries, and of a reader's catch-up marker.
-KIND_BATCH = "index"
-KIND_MARKER = "marker"
+KIND_BATCH = ENTRY.name
+KIND_MARKER = MARKER.name
 #: A record bigger than this is not one of ours: it is skipped unread (a full batch is about 40 KB).
 MAX_RECORD_BYTES = 1 << 20
 #: The longest a task name, exchange or routing key may be (AMQP shortstr), in UTF-8 bytes.

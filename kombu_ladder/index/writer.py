@@ -5,14 +5,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
 from typing import Any, Callable, Optional, Sequence
 
 from kombu import Producer
 
 from ..carry import waiting_for_confirms
+from ..controlplane import ENTRY, declare_control_plane
 from ..link import close_quietly
-from .records import MAX_ENTRIES, STREAM, STREAM_ARGUMENTS, Entry, encode_batch, encode_marker
+from ..topology import check_writable, declare_control_plane_if_allowed
+from .records import MAX_ENTRIES, STREAM, Entry, encode_batch
 
 __all__ = ["IndexWriter", "IndexRefused", "Send", "BATCH", "LINGER", "declare_index", "open_index", "append"]
 
@@ -24,7 +25,6 @@ W_NOT_APPENDED = "could not append %d index entr(y/ies) to %s (%s); %s"
 I_NO_STREAM = "%s does not exist (the index is not in use here): %d entr(y/ies) not written"
 W_REFUSED = ("unindexed: %s. The messages this producer schedules are delivered as always, but none is indexed "
              "until it is restarted with the rights of kombu_ladder.permissions.indexer()")
-I_FOUND = "may not declare the stream %s (%s), which exists: index entries are sent to it"
 
 
 #: Entries a writer sends in one record, at most.
@@ -41,8 +41,8 @@ Send = Callable[[bytes], Any]
 
 
 def declare_index(channel: Any) -> None:
-    """Declare the ``ladder.index`` stream on ``channel``."""
-    channel.queue_declare(queue=STREAM, durable=True, auto_delete=False, arguments=dict(STREAM_ARGUMENTS))
+    """Declare the control plane, ``ladder.index`` and its exchange among it, on ``channel`` (the operator's rights)."""
+    declare_control_plane(channel)
 
 
 class IndexRefused(Exception):
@@ -50,61 +50,34 @@ class IndexRefused(Exception):
 
 
 def open_index(connection: Any, *, at: int = 0) -> None:
-    """Check, on a channel of its own, that this user can append to ``ladder.index``, declaring it first.
+    """Check, on a channel of its own, that this user can append to ``ladder.index`` through its exchange.
 
-    A publish the broker refuses closes the channel it was sent on, later and without an
-    answer: sent on a producer's own channel, it would fail that producer's next publish.
-    So the declare and one write (a reader's marker, which readers skip) are tried on a
-    channel of their own, the write followed by a round trip that receives the refusal.
-    A refused declare is no refusal when the stream exists (an operator declared it).
+    The control plane is declared first where this user may (full rights); a least-privilege
+    indexer may not, and finds it declared by the operator. A publish the broker refuses
+    closes the channel it was sent on, later and without an answer: sent on a producer's
+    own channel, it would fail that producer's next publish. So one write is tried on a
+    channel of its own: a probe to the entry exchange with a routing key bound to nothing
+    (checked as a record is, stored nowhere), followed by a round trip that receives the refusal.
 
     Arguments:
         connection: a :class:`kombu.Connection`.
-        at: the marker's time (epoch ms).
+        at: unused (kept for callers).
 
     Raises:
-        IndexRefused: the user may not write the stream, or it does not exist and the user may not declare it.
+        IndexRefused: the exchange does not exist, or the user may not write it.
     """
+    declare_control_plane_if_allowed(connection)
     errors = connection.channel_errors
-    channel = connection.channel()
     try:
-        try:
-            declare_index(channel)
-        except errors as exc:
-            code = getattr(exc, "reply_code", None)
-            if code not in (403, 404):  # 404: the stream exists, its node not serving it yet (after a restart)
-                raise
-            close_quietly(channel)
-            channel = connection.channel()
-            if code == 403:
-                try:
-                    channel.queue_declare(queue=STREAM, passive=True)
-                except errors as missing:
-                    if getattr(missing, "reply_code", None) != 404:
-                        raise
-                    if not _starting(missing):
-                        raise IndexRefused(f"the stream {STREAM} does not exist and this user may not declare it "
-                                           f"({getattr(exc, 'reply_text', None) or exc})") from None
-                    close_quietly(channel)
-                    channel = connection.channel()
-                logger.info(I_FOUND, STREAM, getattr(exc, "reply_text", None) or exc)
-        try:
-            Producer(channel, auto_declare=False).publish(
-                encode_marker(uuid.uuid4().hex, at=at), exchange="", routing_key=STREAM,
-                content_type="application/json", content_encoding="utf-8", delivery_mode=2, retry=False)
-            channel.basic_qos(0, 0, False)  # a round trip: a refused publish is answered before it
-        except errors as exc:
-            if getattr(exc, "reply_code", None) != 403:
-                raise
-            raise IndexRefused(f"this user may not append to the stream {STREAM} through the default exchange "
-                               f"({getattr(exc, 'reply_text', None) or exc})") from None
-    finally:
-        close_quietly(channel)
-
-
-def _starting(exc: Exception) -> bool:
-    """Whether a 404 says the stream exists but its node is not serving it yet (just after a broker restart)."""
-    return "home node" in str(getattr(exc, "reply_text", None) or exc)
+        check_writable(connection, ENTRY.exchange)
+    except errors as exc:
+        code = getattr(exc, "reply_code", None)
+        if code not in (403, 404):
+            raise
+        problem = "does not exist (the operator's 'kombu-ladder declare' declares it)" if code == 404 \
+            else "may not be written by this user"
+        raise IndexRefused(f"the exchange {ENTRY.exchange}, the only way into {STREAM}, {problem} "
+                           f"({getattr(exc, 'reply_text', None) or exc})") from None
 
 
 class IndexWriter:
@@ -159,6 +132,41 @@ class IndexWriter:
             due = len(self._pending) >= self.batch or self._clock() - self._sent_at >= self.linger
         if due:
             self.flush(send, declare)
+
+    def write(self, entry: Entry, send: Send, declare: Optional[Callable[[], Any]] = None) -> bool:
+        """Send ``entry`` now, in a record of its own, with ``send`` (which waits for the broker's confirm):
+        the producer's path, before the message it indexes is published.
+
+        The first call runs ``declare`` (the check that this user may write the index): where it raises
+        :class:`IndexRefused` the writer logs that once and indexes nothing more (the message is still
+        published, unindexed, as without the indexer's row). Any other failure is raised: the caller then
+        does not publish the message, so no message waits without its entry.
+
+        Returns:
+            Whether the entry was written (False: this writer was refused).
+        """
+        with self._lock:
+            if self.refused is not None:
+                self.lost += 1
+                return False
+            first, self.declared = not self.declared, True
+        if first:
+            try:
+                if declare is not None:
+                    declare()
+            except IndexRefused as exc:
+                self._refuse(str(exc), 1)
+                return False
+            finally:
+                self._opened.set()
+        elif not self._opened.wait(OPEN_WAIT) or self.refused is not None:  # another thread is checking
+            with self._lock:
+                self.lost += 1
+            return False
+        send(encode_batch([entry]))
+        with self._lock:
+            self.sent += 1
+        return True
 
     def tick(self, send: Send, declare: Optional[Callable[[], Any]] = None) -> None:
         """Send the entries kept if the last record was sent over ``linger`` ago (a cheap check, per publish)."""
@@ -230,13 +238,8 @@ def append(connection: Any, entries: Sequence[Entry], *, declare: bool = False, 
     channel = None
     try:
         if declare:
-            channel = connection.channel()
-            try:
-                declare_index(channel)
-            except connection.channel_errors as exc:
-                logger.warning(W_UNDECLARED, STREAM, getattr(exc, "reply_text", None) or exc)
-                close_quietly(channel)
-                channel = None
+            if not declare_control_plane_if_allowed(connection):
+                logger.warning(W_UNDECLARED, STREAM, "this user may not declare the control plane")
         if channel is None:
             channel = connection.channel()
         try:
@@ -247,7 +250,7 @@ def append(connection: Any, entries: Sequence[Entry], *, declare: bool = False, 
         channel = waiting_for_confirms(channel)
         producer = Producer(channel, auto_declare=False)
         for start in range(0, len(entries), BATCH):
-            producer.publish(encode_batch(entries[start:start + BATCH]), exchange="", routing_key=STREAM,
+            producer.publish(encode_batch(entries[start:start + BATCH]), exchange=ENTRY.exchange, routing_key=STREAM,
                              content_type="application/json", content_encoding="utf-8", delivery_mode=2,
                              mandatory=True, retry=False)
     except Exception as exc:  # noqa: BLE001 - the index never fails the command it indexes

@@ -5,16 +5,26 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Callable, Optional
 
 from .. import link
-from ..cancellation.records import LIFE, SLACK, STREAM, LiveSet, RecordError, decode, encode_marker
-from ..cancellation.stream import declare_stream
-from ..deaths import entered_rung_ms
+from ..cancellation.records import (
+    CELERY_TASK_HEADER,
+    READ_BACK_MS,
+    STREAM,
+    LiveSet,
+    RecordError,
+    cancelled_id,
+    decode,
+    encode_marker,
+    read_from,
+)
+from ..controlplane import MARKER, READ_PREFETCH, READ_TIMEOUT, accepts
 from ..link import CONNECTION_ERRORS
+from ..notices import Notices
 from ..text import escape
-from .notices import Notices
+from ..topology import declare_control_plane_if_allowed
 
 __all__ = ["CancelWatch", "CATCH_UP_TIMEOUT", "RECORD_PREFETCH", "READ_BACK_MS", "CELERY_TASK_HEADER", "cancelled_id",
            "read_from"]
@@ -28,22 +38,12 @@ E_NO_STREAM = ("cannot read the cancellations in %s (%s); relaying WITHOUT enfor
 W_SLOW = "%s was not read to its end within %.0f s; relaying meanwhile, later records still apply"
 
 #: Unacked records the broker may send at once (a stream consumer needs a prefetch).
-RECORD_PREFETCH = 2000
+RECORD_PREFETCH = READ_PREFETCH
 #: Records are acked together (``multiple``) once this many are unacked, and the rest at each tick:
 #: a stream's acks only give credit, and one ack per record halved the reading speed.
 ACK_EVERY = RECORD_PREFETCH // 4
 #: Seconds (relay clock) a relay waits to read the stream to its end before relaying anyway.
-CATCH_UP_TIMEOUT = 300.0
-#: How far back (ms) a relay starts reading the stream: a record older than
-#: :data:`~kombu_ladder.cancellation.records.LIFE` can drop no message, and
-#: :data:`~kombu_ladder.cancellation.records.SLACK` more covers a canceller's clock ahead of the broker's
-#: (whose append time the offset is). The stream's retention is not changed (it is part of the topology
-#: every relay declares); what a relay reads is bounded instead.
-READ_BACK_MS = LIFE + SLACK
-#: The header that makes a message a Celery task message (protocol 2), whose ``correlation_id`` is its task id.
-CELERY_TASK_HEADER = "task"
-
-
+CATCH_UP_TIMEOUT = READ_TIMEOUT
 class CancelWatch:
     """Consumes ``ladder.cancellations`` on a channel of its own, from the records of the last
     :data:`READ_BACK_MS` (by the broker's append time; a stream starts at the chunk holding it).
@@ -94,12 +94,12 @@ class CancelWatch:
         self.unreadable = None
         guard.watch(channel, self._closed)  # properties stay raw bytes: only the body is read
         try:
-            declare_stream(channel)
+            declare_control_plane_if_allowed(channel)  # full rights (a worker the README's way); else the operator's
             channel.basic_qos(0, RECORD_PREFETCH, False)
             channel.basic_consume(STREAM, callback=self._on_record, no_ack=False,
                                   arguments={"x-stream-offset": self.read_from()})
             marker = encode_marker(self._token, at=int(self.clock() * 1000))
-            link.publish(channel, link.RawMessage(marker, b"\x00\x00"), "", STREAM)
+            link.publish(channel, link.RawMessage(marker, b"\x00\x00"), MARKER.exchange, STREAM)
         except CONNECTION_ERRORS:
             if self._channel is None:  # the broker closed the stream's channel (a 403, say): _closed said why
                 return
@@ -130,7 +130,7 @@ class CancelWatch:
         try:
             if self._guard is not None and channel is not None:
                 self._guard.take(channel)
-            self._read(bytes(message.body))
+            self._read(bytes(message.body), message.delivery_info.get("exchange"))
         except CONNECTION_ERRORS:
             raise
         except Exception as exc:  # noqa: BLE001 - no record stops the relay
@@ -147,10 +147,13 @@ class CancelWatch:
             self._channel.basic_ack(self._taken, multiple=True)
             self._acked = self._taken
 
-    def _read(self, body: bytes) -> None:
+    def _read(self, body: bytes, exchange: Any = None) -> None:
         self.read += 1
         try:
             record = decode(body)
+            if not accepts(record.kind, exchange):
+                raise RecordError(f"a {record.kind!r} record written through the exchange {exchange!r:.60}, "
+                                  f"not its own")
         except RecordError as exc:
             self.skipped += 1
             self.notices.warn("cancellation record", W_BAD_RECORD, STREAM, escape(exc))
@@ -197,37 +200,3 @@ class CancelWatch:
         link.close_quietly(self._channel)
         self._channel = None
         self._on_ready = None
-
-
-def read_from(now: float) -> datetime:
-    """The stream offset to read the records that can still matter from, at ``now`` (epoch seconds)."""
-    start = max(0, int(now * 1000) - READ_BACK_MS) // 1000
-    return datetime.fromtimestamp(start, tz=timezone.utc)
-
-
-def cancelled_id(live: LiveSet, now: int, message_id: Any, correlation_id: Any = None,
-                 headers: Optional[Mapping[str, Any]] = None) -> Optional[str]:
-    """The id under which ``live`` cancels a message with these properties at ``now``, or None.
-
-    See :meth:`CancelWatch.cancelled` for the rule (what an id matches, and when the message must
-    have entered its rung).
-    """
-    for value, needs_task in ((message_id, False), (correlation_id, True)):
-        text = _text(value)
-        if text is None or text not in live:
-            continue
-        if needs_task and (headers is None or CELERY_TASK_HEADER not in headers):
-            continue
-        if live.cancelled(text, now, entered=entered_rung_ms(headers)):
-            return text
-    return None
-
-
-def _text(value: Any) -> Optional[str]:
-    """A property as text (bytes as on the wire decoded as UTF-8), or None."""
-    if isinstance(value, (bytes, bytearray)):
-        try:
-            return bytes(value).decode("utf-8")
-        except UnicodeDecodeError:
-            return None
-    return value if isinstance(value, str) and value else None

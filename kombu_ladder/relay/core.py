@@ -14,6 +14,7 @@ from .. import readable, wire
 from ..contract import CONTROL, PARKING
 from ..envelope import Decision, Hold, Hop, Park, decide
 from ..link import CONNECTION_ERRORS, Link, Schedule, link_for
+from ..notices import Notices, guarded
 from ..plan import fit_rung
 from ..targets import ExchangeCheck
 from ..text import escape, quote
@@ -21,7 +22,6 @@ from . import outgoing
 from .cancelwatch import CancelWatch
 from .counters import AllowList, Counters
 from .holder import GUESS_BYTES, Holder
-from .notices import Notices, guarded
 from .options import RelayOptions
 from .pending import Job
 from .publisher import Publisher

@@ -14,6 +14,7 @@ from ..carry import confirming
 from ..contract import DUE_AT, EXCHANGE, PARKED_AT, PARKED_REASON, PARKING, rung_name
 from ..envelope import REFUSALS, Decision, Deliver, Hop, Park
 from ..link import CONNECTION_ERRORS, HEADER_OVERHEAD, Link, RawMessage, close_quietly
+from ..notices import Notices, guarded
 from ..observe import lateness_seconds
 from ..parking import PARKED_ID
 from ..plan import choose_rung
@@ -22,7 +23,6 @@ from ..text import escape, quote
 from ..topology import parking_queue
 from . import outgoing
 from .counters import Counters
-from .notices import Notices, guarded
 from .pending import Job, Pending, Publish
 
 __all__ = ["Publisher", "Acker", "RETRY_FIRST", "BACKOFF_FIRST", "BACKOFF_MAX"]

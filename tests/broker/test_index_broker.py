@@ -19,6 +19,7 @@ from kombu_ladder.contract import CONTROL
 from kombu_ladder.index import Filter, IndexStore, sync
 from kombu_ladder.index.records import STREAM
 from kombu_ladder.migrate import move
+from kombu_ladder.rescheduling import reschedule
 
 pytestmark = pytest.mark.broker
 
@@ -148,9 +149,10 @@ def test_a_reschedule_where_the_index_is_not_used_writes_no_stream(fresh_vhost: 
     with Connection(vhost_url(fresh_vhost)) as conn:
         declare(conn)
         Queue("index.target", durable=True)(conn.default_channel).declare()
-        with Scheduler.on(conn, relay=False) as scheduler:
-            scheduler.in_(7200, b"{}", routing_key="index.target", message_id="plain")
-            moved = scheduler.reschedule("plain", 60)
+        LadderProducer(conn.default_channel).publish(b"{}", routing_key="index.target", countdown=7200,
+                                                     message_id="plain")
+        wait_for(lambda: depth(conn, "acemq.schedule.1h") == 1, 10, message="the publish to arrive")
+        moved = reschedule(conn, "plain", 60)
         assert moved.found is not None and not moved.indexed
         channel = conn.channel()
         with pytest.raises(conn.channel_errors):

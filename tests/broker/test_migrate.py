@@ -24,7 +24,7 @@ from kombu_ladder.contract import (
     TARGET_ROUTING_KEY,
     rung_names,
 )
-from kombu_ladder.migrate import move
+from kombu_ladder.migrate import _has_index, move
 
 pytestmark = pytest.mark.broker
 
@@ -132,13 +132,17 @@ def test_kombu_ladder_move_subcommand(
                                                        message_id="moved-1")
     wait_for(lambda: depth(connection, "acemq.schedule.10s") == 1, 10, message="the publish to arrive")
     green = vhost_url(fresh_vhost)
+    # the index is in use where its stream exists (an earlier test of this vhost's may have declared the control
+    # plane, as a cancel with full rights does): then the move indexes what it moved on the target, and says so
+    indexed = ["indexed 1 moved message(s) in the target's ladder.index (waiting find/list there after a sync)"] \
+        if _has_index(connection) else []
     done = kombu_ladder("--broker", broker_url, "move", "--to", green)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].split() == ["queue", "moved"], "the table has a header, as status's has"
     assert lines[1:] == [f"{name:<26} {count:>9}" for name, count in
                          [(n, 1 if n == "acemq.schedule.10s" else 0) for n in
-                          (*rung_names(), CONTROL, PARKING)]] + ["moved 1 message(s)"]
+                          (*rung_names(), CONTROL, PARKING)]] + ["moved 1 message(s)"] + indexed
     assert done.stderr == "", "the result is printed once: no INFO log line repeats it on stderr"
     assert depth(connection, "acemq.schedule.10s") == 0
     with Connection(green) as conn:
@@ -172,3 +176,38 @@ def test_move_carries_cancellations_and_green_never_delivers_a_message_blue_canc
         assert depth(blue, "acemq.schedule.1h") == 0
         moved = drain(green, CONTROL)
         assert [m.properties.get("message_id") for m in moved] == ["mv-kept"]
+
+
+def test_a_cancellation_written_on_the_source_during_the_move_applies_on_the_target(
+        rabbit_vhost: str, fresh_vhost: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 35: the move reads the source's cancellations again once done, and records on the target those of
+    messages it moved; the target's relay then drops the message instead of delivering it."""
+    import kombu_ladder.migrate as migrate
+    from kombu_ladder import Scheduler, declare
+    from kombu_ladder.migrate import read_cancellations
+
+    real = migrate._move_queue
+
+    def cancel_while_moving(source: Any, confirms: Any, name: str, *args: Any) -> int:
+        count = real(source, confirms, name, *args)
+        if name == "acemq.schedule.10s":  # the doomed message has been moved: cancel it on the source now
+            cancel(source, "doomed")
+        return count
+
+    monkeypatch.setattr(migrate, "_move_queue", cancel_while_moving)
+    with temporary_vhost(f"{rabbit_vhost}-blue-{os.getpid()}") as blue_vhost, \
+            Connection(vhost_url(blue_vhost)) as blue, Connection(vhost_url(fresh_vhost)) as green:
+        declare(blue)
+        for conn in (blue, green):
+            Queue("moved.q", durable=True)(conn.default_channel).declare()
+        sender = LadderProducer(blue.default_channel)
+        for message_id in ("doomed", "kept"):
+            sender.publish(b"{}", exchange="", routing_key="moved.q", countdown=15, message_id=message_id)
+        wait_for(lambda: depth(blue, "acemq.schedule.10s") == 2, 10, message="the publishes to arrive")
+        assert not len(read_cancellations(blue))  # nothing cancelled when the move starts
+        result = move(blue, green)
+        assert (result.total, result.recancelled) == (2, 1)
+        with Scheduler.on(green) as relay:
+            wait_for(lambda: relay.delivered + relay.cancelled >= 2, 60, message="both messages settled")
+            assert (relay.delivered, relay.cancelled) == (1, 1)
+        assert [m.properties.get("message_id") for m in drain(green, "moved.q")] == ["kept"]

@@ -104,7 +104,8 @@ def test_a_stream_declared_otherwise_fails_check_shows_in_status_and_zeroes_the_
 
 def test_a_relay_whose_user_may_not_read_the_stream_zeroes_the_metric_and_fails_check(
         fresh_vhost: str, metrics_relay: Any) -> None:
-    """A relay set up before cancellations existed: the stream is never declared, and check says so."""
+    """A relay with its least-privilege row declares nothing of the control plane; nobody declared it, and check
+    says so."""
     url = vhost_url(fresh_vhost)
     user = f"ladder-old-relay-{uuid.uuid4().hex[:6]}"
     perms = [p.replace(r"|ladder\.cancellations", "") for p in relay([""]).as_args()]
@@ -115,7 +116,7 @@ def test_a_relay_whose_user_may_not_read_the_stream_zeroes_the_metric_and_fails_
         assert relay_process.enforced() == 0
         done = run(url, "check")
         assert done.returncode == 1
-        assert "ladder.cancellations is missing while 1 relay(s) consume acemq.schedule.due" in done.stderr
+        assert "the control plane not declared while 1 relay(s) consume acemq.schedule.due" in done.stderr
         relay_process.stop()
     finally:
         rabbitmqctl("delete_user", user, check=False)
@@ -126,16 +127,18 @@ def test_the_stream_as_declared_passes_check_and_the_metric_is_one(fresh_vhost: 
     with Connection(url) as conn:
         declare(conn)
     assert run(url, "check", "--min-relays", "0").stdout.endswith(
-        "; ladder.cancellations not declared yet (the first relay declares it)\n")
+        "; the control plane not declared yet (run 'kombu-ladder declare')\n")
     relay_process = metrics_relay(url)
     assert relay_process.enforced() == 1
     done = run(url, "check")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.endswith("; ladder.cancellations is the cancellation stream; the exchange ladder.cancellations "
-                                "is not declared, so a canceller with only its own rights cannot cancel (run "
-                                "'kombu-ladder declare')\n"), done.stdout
+    # a relay with full rights (guest) declares the whole control plane as it starts
+    assert done.stdout.endswith("; the control plane is declared, ladder.cancellations included\n"), \
+        done.stdout
     assert run(url, "declare").returncode == 0
     done = run(url, "check")
-    assert done.stdout.endswith("; ladder.cancellations is the cancellation stream\n"), done.stdout
-    assert "cancellations: ladder.cancellations is the cancellation stream\n" in run(url, "status").stdout
+    assert done.stdout.endswith("; the control plane is declared, ladder.cancellations included\n"), \
+        done.stdout
+    assert "cancellations: the control plane is declared, ladder.cancellations included\n" \
+        in run(url, "status").stdout
     relay_process.stop()

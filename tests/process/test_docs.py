@@ -292,7 +292,7 @@ def _check_inspect_scheduled_is_0(printed: str, shell: Shell) -> None:
 
 def _check_check_prints_the_line_the_page_quotes(printed: str, shell: Shell) -> None:
     assert printed == ("ok: topology as the contract says; 0 relay(s) consuming; backlog 0 (under 1000); "
-                       "ladder.cancellations is the cancellation stream\n"), printed
+                       "the control plane is declared, ladder.cancellations included\n"), printed
 
 
 def _check_demo_prints_the_readme_table(printed: str, shell: Shell) -> None:

@@ -268,9 +268,9 @@ def test_an_embedded_worker_adopts_a_plain_apps_eta_task_and_runs_it_at_its_eta(
 
 def test_a_worker_whose_user_may_not_adopt_holds_the_task_as_celery_does(
         broker: SimulatedBroker, caplog: pytest.LogCaptureFixture) -> None:
-    """Without the adopter's permissions (kombu_ladder.permissions.adopter) nothing moves, and it says so once."""
-    everything_but_the_stream = r"^(?!ladder\.adoptions$).*"
-    broker.set_permissions(configure=everything_but_the_stream, read=everything_but_the_stream)
+    """Without the adopter's permissions (kombu_ladder.permissions.adopter: write on the exchange of adoption
+    records) nothing moves, and it says so once."""
+    broker.set_permissions(write=r"^(?!ladder\.record\.adopted$).*")
     tasks = send(broker, AHEAD, AHEAD + 1)
     worker = Worker(broker)
     try:

@@ -13,6 +13,7 @@ from kombu import Producer
 
 from kombu_ladder import LadderProducer, Scheduler
 from kombu_ladder.cli import main
+from kombu_ladder.controlplane import ENTRY
 from kombu_ladder.index import Filter, IndexStore, sync
 from kombu_ladder.index.records import STREAM, encode_batch, entry
 
@@ -136,21 +137,29 @@ def test_a_sync_goes_on_from_where_the_last_stopped_and_skips_bad_records(
         for body in (b"not json", b'{"ladder":"index","v":1,"n":[{"e":"","r":"q","d":-1,"a":0}]}', b"[]",
                      b'{"ladder":"index","v":2,"n":[]}', b"\xff" * 10, b'{"ladder":"index","v":1,"n":"x"}') * 5:
             raw.publish(body, exchange="", routing_key=STREAM)
+        due = int(backend.clock() * 1000) + 60_000
+        forged = encode_batch([entry(message_id="forged", task_id=None, task=None, exchange="", routing_key="q",
+                                     due=due, at=0, size=3)])
+        raw.publish(forged, exchange="", routing_key=STREAM)  # a genuine record, but through the default exchange
         raw.publish(encode_batch([entry(message_id="late", task_id=None, task=None, exchange="", routing_key="q",
-                                        due=int(backend.clock() * 1000) + 60_000, at=0, size=3)]),
-                    exchange="", routing_key=STREAM)
+                                        due=due, at=0, size=3)]),
+                    exchange=ENTRY.exchange, routing_key=STREAM)
         store = IndexStore(path)  # a new process: the file remembers the offset
         with caplog.at_level(logging.WARNING, logger="kombu_ladder.index"):
             result = sync(conn, store)
-        assert (result.entries, result.skipped) == (1, 30)
+        assert (result.entries, result.skipped) == (1, 31)
         warnings = [r for r in caplog.records if "not one of ours" in r.getMessage()]
         assert 1 <= len(warnings) <= 10  # rate-limited, not one line per bad record
-        assert store.position(STREAM)[1] == 30 and len(store) == 11
+        assert store.position(STREAM)[1] == 31 and len(store) == 11
         assert store.find("late", int(backend.clock() * 1000))[0].state == "waiting"
+        assert not store.find("forged", int(backend.clock() * 1000))
         store.close()
 
 
-def test_an_index_that_cannot_be_written_never_fails_a_publish(backend: SimulatorBackend, caplog: Any) -> None:
+def test_an_index_write_that_fails_fails_the_publish_and_no_message_waits_unindexed(
+        backend: SimulatorBackend) -> None:
+    """The entry is written (confirmed) before the message: when it cannot be, the publish raises, and nothing
+    waits in a rung without its entry."""
     with backend.connection() as conn:
         declare_target(conn, "t.index")
         producer = LadderProducer(conn.channel(), index=True)
@@ -160,29 +169,25 @@ def test_an_index_that_cannot_be_written_never_fails_a_publish(backend: Simulato
             raise ConnectionError("the index stream is gone")
 
         producer._send_index_record = refuse  # type: ignore[method-assign]
-        with caplog.at_level(logging.WARNING, logger="kombu_ladder.index"):
-            for i in range(3):
+        for i in range(3):
+            with pytest.raises(ConnectionError, match="the index stream is gone"):
                 producer.publish(b"x", routing_key="t.index", countdown=HOUR, message_id=f"m{i}")
-            producer.flush_index()
-        assert producer.index.lost == 3 and producer.index.sent == 0
-        assert depth(conn, "acemq.schedule.1h") == 3
-        assert any("unindexed" in r.getMessage() for r in caplog.records)
+        assert producer.index.sent == 0
+        assert depth(conn, "acemq.schedule.1h") == 0
 
 
-def test_a_busy_producer_sends_one_record_per_batch(backend: SimulatorBackend) -> None:
+def test_every_publish_returns_with_its_entry_in_the_index(backend: SimulatorBackend) -> None:
     with backend.connection() as conn:
         declare_target(conn, "t.index")
         producer = LadderProducer(conn.channel(), index=True)
         assert producer.index is not None
-        producer.index.linger = 3600.0  # as busy as can be: only full batches go
         for i in range(1000):
             producer.publish(b"x", routing_key="t.index", countdown=HOUR, message_id=f"m{i}")
-        # the first entry goes at once (nothing was sent within the linger), then one record per 200
-        assert (producer.index.sent, producer.index.pending) == (1 + 4 * 200, 199)
-        producer.flush_index()
+            assert producer.index.sent == i + 1  # confirmed before publish returned
+        assert producer.index.pending == 0
         result = sync(conn, IndexStore(":memory:"))
-        # six batches, the producer's check that it may write the stream (a marker), and the sync's two markers
-        assert (result.entries, result.records) == (1000, 6 + 1 + 2)
+        # one record per publish and the sync's two markers (the producer's write check is routed nowhere)
+        assert (result.entries, result.records) == (1000, 1000 + 2)
 
 
 def test_celery_eta_tasks_are_indexed_with_ladder_index(ladder_celery: Any, tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from kombu_ladder.cancellation.records import STREAM
 from kombu_ladder.contract import CONTROL, EXCHANGE, PARKING, rung_names
+from kombu_ladder.controlplane import ADOPTED, CANCEL, ENTRY, KINDS, MARKER, NAMES, STREAMS
 from kombu_ladder.index.records import STREAM as INDEX
 from kombu_ladder.permissions import (
     Permissions,
@@ -76,21 +77,48 @@ def test_union_and_bad_targets() -> None:
         producer([1])  # type: ignore[list-item]
 
 
-def test_the_relay_declares_and_reads_the_cancellations_and_a_canceller_only_writes_them() -> None:
-    assert matches(relay([]).configure, STREAM) and matches(relay([]).read, STREAM)
-    assert not matches(relay([]).write, STREAM)  # it reads the stream; its marker goes through amq.default
+def test_the_relay_reads_the_cancellations_and_a_canceller_only_writes_them() -> None:
+    assert matches(relay([]).read, STREAM) and not matches(relay([]).configure, STREAM)
+    assert not matches(relay([]).write, STREAM) and not matches(relay([]).write, CANCEL.exchange)
+    assert matches(relay([]).write, MARKER.exchange)  # its catch-up marker
     assert not matches(producer([]).configure, STREAM) and not matches(producer([]).write, STREAM)
     record = canceller()
-    assert matches(record.write, STREAM)  # the exchange cancellers publish to (and the queue of that name)
-    for name in [STREAM, *LADDER, "amq.default", "celery"]:
+    assert matches(record.write, CANCEL.exchange)
+    for name in [STREAM, *LADDER, *NAMES, "amq.default", "celery"]:
         assert not matches(record.configure, name) and not matches(record.read, name), name
-        assert name == STREAM or not matches(record.write, name), name
-    assert not matches(relay([]).configure, "ladder.cancellationsx")
+        assert name == CANCEL.exchange or not matches(record.write, name), name
 
 
-def test_the_operator_binds_the_stream_to_its_exchange() -> None:
+def test_the_operator_declares_and_binds_the_whole_control_plane() -> None:
     perms = operator([])
-    assert matches(perms.configure, STREAM) and matches(perms.write, STREAM) and matches(perms.read, STREAM)
+    for name in NAMES:
+        assert matches(perms.configure, name) and matches(perms.write, name) and matches(perms.read, name), name
+
+
+#: Each role's row (targets: billing, and the default exchange where a Celery role has it).
+ROLES = {"producer": producer(["billing", ""]), "canceller": canceller(), "relay": relay(["billing", ""]),
+         "adopter": adopter(), "indexer": indexer(), "index-reader": index_reader()}
+#: The kinds each role may write (through the kind's exchange, the only way a reader accepts it).
+WRITES = {"producer": set(), "canceller": {"cancel"}, "relay": {"marker"}, "adopter": {"adopted", "marker"},
+          "indexer": {"index"}, "index-reader": {"marker"}}
+
+
+@pytest.mark.parametrize("role", sorted(ROLES))
+def test_no_role_but_the_operator_configures_a_control_plane_name_or_writes_a_kind_not_its_own(role: str) -> None:
+    perms = ROLES[role]
+    for name in NAMES:
+        assert not matches(perms.configure, name), name
+    for kind in KINDS:
+        assert matches(perms.write, kind.exchange) == (kind.name in WRITES[role]), kind
+    for stream in STREAMS:  # write on a stream lets one bind it to an exchange one can read
+        assert not matches(perms.write, stream.name), stream
+
+
+def test_a_control_plane_exchange_is_never_a_target() -> None:
+    for name in NAMES:
+        for role in (producer, relay, operator):
+            with pytest.raises(ValueError, match="control plane"):
+                role([name])
 
 
 def _documented_rows() -> dict[str, tuple[str, str, str]]:
@@ -112,35 +140,35 @@ def test_the_guarantees_page_shows_the_rows_the_module_builds() -> None:
     assert _documented_rows() == {role: perms.as_args() for role, perms in built.items()}
 
 
-def test_an_adopter_declares_reads_and_writes_its_stream_and_writes_the_ladders_exchange() -> None:
+def test_an_adopter_reads_its_stream_and_writes_the_ladders_exchange_and_its_kinds() -> None:
     from celery_ladder.adoption.records import STREAM as ADOPTIONS
 
     perms = adopter()
-    assert matches(perms.configure, ADOPTIONS) and matches(perms.read, ADOPTIONS)
-    assert matches(perms.write, EXCHANGE) and matches(perms.write, "amq.default")
+    assert matches(perms.read, ADOPTIONS) and not matches(perms.configure, ADOPTIONS)
+    assert matches(perms.write, EXCHANGE) and matches(perms.write, ADOPTED.exchange)
+    assert not matches(perms.write, "amq.default")
     for name in [*rung_names(), CONTROL, PARKING, STREAM, "celery", "ladder.adoptionsx"]:
         assert not matches(perms.configure, name) and not matches(perms.read, name), name
         assert not matches(perms.write, name), name
 
 
-def test_an_indexer_declares_the_index_and_writes_through_the_default_exchange_only() -> None:
+def test_an_indexer_writes_the_entry_exchange_only() -> None:
     perms = indexer()
-    assert matches(perms.configure, INDEX) and matches(perms.write, "amq.default")
-    for name in [*LADDER, STREAM, "billing", "amq.default", "ladder.indexx", "ladder.adoptions"]:
+    assert matches(perms.write, ENTRY.exchange)
+    for name in [*LADDER, *NAMES, "billing", "amq.default", "ladder.indexx"]:
         assert not matches(perms.configure, name) and not matches(perms.read, name), name
-    for name in [*LADDER, STREAM, INDEX, "billing"]:  # write on the stream itself would let it bind it
-        assert not matches(perms.write, name), name
+        assert name == ENTRY.exchange or not matches(perms.write, name), name
     both = union(producer(["billing"]), indexer())
-    assert matches(both.write, EXCHANGE) and matches(both.write, "billing") and matches(both.configure, INDEX)
+    assert matches(both.write, EXCHANGE) and matches(both.write, "billing") and not matches(both.configure, INDEX)
     assert not matches(both.configure, CONTROL) and not matches(both.read, INDEX)
 
 
-def test_an_index_reader_declares_and_reads_both_streams_and_writes_its_markers_through_the_default_exchange() -> None:
+def test_an_index_reader_reads_both_streams_and_writes_its_markers_through_the_marker_exchange() -> None:
     perms = index_reader()
     for name in (INDEX, STREAM):
-        assert matches(perms.configure, name) and matches(perms.read, name), name
+        assert matches(perms.read, name) and not matches(perms.configure, name), name
         assert not matches(perms.write, name), name
-    assert matches(perms.write, "amq.default")
+    assert matches(perms.write, MARKER.exchange) and not matches(perms.write, "amq.default")
     for name in [*LADDER, "billing", "ladder.adoptions", "ladder.indexx"]:
         assert not matches(perms.configure, name) and not matches(perms.read, name), name
         assert not matches(perms.write, name), name

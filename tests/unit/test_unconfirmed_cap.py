@@ -11,8 +11,8 @@ import pytest
 from kombu_ladder.contract import PREFETCH
 from kombu_ladder.envelope import Deliver, Hop
 from kombu_ladder.link import Guard
+from kombu_ladder.notices import Notices
 from kombu_ladder.relay.counters import Counters
-from kombu_ladder.relay.notices import Notices
 from kombu_ladder.relay.pending import Job
 from kombu_ladder.relay.publisher import Publisher
 

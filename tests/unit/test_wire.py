@@ -12,7 +12,7 @@ import pytest
 from amqp.basic_message import Message as AmqpMessage
 
 from kombu_ladder import readable, wire
-from kombu_ladder.relay.notices import Notices
+from kombu_ladder.notices import Notices
 from kombu_ladder.simulator import SimulatedBroker
 from kombu_ladder.targets import ExchangeCheck, name_problem
 from kombu_ladder.text import escape, quote

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
-from ..link import CONNECTION_ERRORS
+from .link import CONNECTION_ERRORS
 
 __all__ = ["Notices", "W_SUPPRESSED", "guarded"]
 
