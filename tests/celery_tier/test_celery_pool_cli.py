@@ -16,7 +16,15 @@ from typing import Any, Iterator
 import celery.exceptions
 import pytest
 from celery.utils.time import maybe_iso8601
-from helpers import ladder_counters, purge_ladder, queue_depth, vhost_url, wait_for, wait_for_counters
+from helpers import (
+    ladder_counters,
+    purge_ladder,
+    queue_depth,
+    temporary_vhost,
+    vhost_url,
+    wait_for,
+    wait_for_counters,
+)
 from kombu import Connection, Producer, Queue
 
 import celery_ladder
@@ -79,6 +87,15 @@ class Worker:
             return ladder_counters(app, [self.hostname], timeout=1).get(self.hostname, {}).get("relay") is True
 
         wait_for(relaying, timeout=60, interval=0.5, message="the -P ladder worker and its relay")
+
+
+@pytest.fixture(scope="module")
+def broker_url(rabbit_vhost: str) -> Iterator[str]:
+    """A vhost of this module's own, in place of the session's: the counters its tests read are its worker's
+    alone. In the parallel make test, a relay in the session's vhost delivered this module's tasks (the
+    worker's relay counted 0 delivered, twice in two runs)."""
+    with temporary_vhost(f"{rabbit_vhost}-pool-{uuid.uuid4().hex[:6]}") as vhost:
+        yield vhost_url(vhost)
 
 
 @pytest.fixture(scope="module")
