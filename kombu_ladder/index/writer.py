@@ -80,9 +80,11 @@ def open_index(connection: Any, *, at: int = 0) -> None:
                 try:
                     channel.queue_declare(queue=STREAM, passive=True)
                 except errors as missing:
-                    if getattr(missing, "reply_code", None) != 404:
+                    # 403: this user may not check (from RabbitMQ 4.2.6 a passive declare needs a permission on
+                    # the queue); the marker's append below tells whether it may write the stream.
+                    if getattr(missing, "reply_code", None) not in (403, 404):
                         raise
-                    if not _starting(missing):
+                    if getattr(missing, "reply_code", None) == 404 and not _starting(missing):
                         raise IndexRefused(f"the stream {STREAM} does not exist and this user may not declare it "
                                            f"({getattr(exc, 'reply_text', None) or exc})") from None
                     close_quietly(channel)
