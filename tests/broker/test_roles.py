@@ -119,7 +119,8 @@ def test_a_producer_finds_an_undeclared_ladder_missing_in_one_clear_error(
     rungs = r", .*" if broker_release() < (4, 2, 6) else ""
     with Connection(make_user("producer", producer([BILLING]))) as conn:
         ladder = LadderProducer(conn.default_channel)
-        with pytest.raises(LadderNotDeclared, match=rf"\(acemq\.schedule{rungs} missing\) and this user may not declare"):
+        with pytest.raises(LadderNotDeclared,
+                           match=rf"\(acemq\.schedule{rungs} missing\) and this user may not declare"):
             ladder.publish(b"x", exchange=BILLING, routing_key="invoice.due", countdown=30)
 
 
