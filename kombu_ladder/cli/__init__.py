@@ -14,6 +14,7 @@ from ..brokers import DEFAULT_BROKER
 from ..compat import is_no_args_help
 from ..index import default_path
 from ..link import clock_of
+from ..relay.driver import StopSignals
 from . import checks, commands, console, options, oversight, waiting
 
 __all__ = ["cli", "main", "BROKER_ENV"]
@@ -350,13 +351,15 @@ def relay(prefetch: int, hold_window: float, hold_bytes: int, max_delay: float, 
     Run one or more beside your consumers when no Celery worker relays.
     With --metrics-port it serves Prometheus metrics at /metrics.
     """
+    signals = StopSignals().install()  # first: a SIGTERM at any later moment is a clean stop
     if metrics_port is not None:
         commands.metrics_server()  # prometheus-client missing: say so before connecting
     tuning = commands.relay_options(prefetch=prefetch, allowed_exchanges=options.allowed_or_none(allowed_exchanges),
                                     hold_window=hold_window, hold_bytes=hold_bytes, max_delay=max_delay)
     with _broker(log_level="INFO") as connection:
         commands.relay(connection, options=tuning, report_every=report_every, metrics_port=metrics_port,
-                       metrics_address=metrics_address, metrics_interval=metrics_interval, queue_type=queue_type)
+                       metrics_address=metrics_address, metrics_interval=metrics_interval, queue_type=queue_type,
+                       signals=signals)
 
 
 @cli.command()
