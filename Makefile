@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help install dist test test-unit test-faults test-cluster test-broker test-matrix test-sim43 test-celery-upstream first-hour rabbitmq4 rabbitmq4-stop test-rabbitmq4 test-rabbitmq4-tiers test-rabbitmq4-nodes test-sim40 demo lint docs diagrams bench bench-quick clean
+.PHONY: help install dist test test-unit test-faults test-cluster test-broker test-matrix test-sim43 test-celery-upstream first-hour rabbitmq4 rabbitmq4-stop test-rabbitmq4 test-rabbitmq4-tiers test-rabbitmq4-nodes test-sim40 rabbitmq43 rabbitmq43-stop test-rabbitmq43 test-rabbitmq43-tiers test-rabbitmq43-nodes demo lint docs diagrams bench bench-quick clean
 
 help:
 	@echo "make demo   - schedule mixed delays and watch them arrive (RabbitMQ, or the simulator)"
@@ -19,6 +19,9 @@ help:
 	@echo "make rabbitmq4 - start RabbitMQ 4.0 beside the system's 3.10 (a Debian 13 root; 127.0.0.1:5673); rabbitmq4-stop"
 	@echo "make test-rabbitmq4 - the broker, Celery and process tiers, then the fault and cluster suites, on RabbitMQ 4.0"
 	@echo "                      (test-rabbitmq4-tiers, test-rabbitmq4-nodes, test-sim40: its parts)"
+	@echo "make rabbitmq43 - start RabbitMQ 4.3 beside them (a Debian sid root; 127.0.0.1:5674); rabbitmq43-stop"
+	@echo "make test-rabbitmq43 - the same on RabbitMQ 4.3, the newest series: what CI runs beside 3.10"
+	@echo "                      (test-rabbitmq43-tiers, test-rabbitmq43-nodes, test-sim43: its parts)"
 	@echo "make dist   - sdist and wheel in dist/, twine check, then each extra in a clean venv runs the quickstarts (2-3.5 min)"
 	@echo "make lint   - ruff and mypy"
 	@echo "make docs   - build the Sphinx docs with -W"
@@ -100,6 +103,28 @@ test-rabbitmq4-tiers: $(STAMP) rabbitmq4
 
 test-rabbitmq4-nodes: $(STAMP) rabbitmq4
 	$(ALT_ENV) && $(PY) -m pytest -ra tests/faults tests/cluster $(PYTEST_ARGS)
+
+# RabbitMQ 4.3, the newest series (what CI runs beside the oldest, 3.10): .ci/rabbitmq-alt builds a Debian sid
+# root (Erlang 29) and runs its node on 127.0.0.1:5674, beside 4.0's; the root is upgraded when sid has a newer
+# rabbitmq-server, and a newer series than 4.3 runs with a warning and the 4.3 profile. Idempotent.
+ALT43_ENV = eval "$$(.ci/rabbitmq-alt env 4.3)"
+rabbitmq43:
+	.ci/rabbitmq-alt start 4.3
+
+rabbitmq43-stop:
+	.ci/rabbitmq-alt stop 4.3
+
+test-rabbitmq43: test-rabbitmq43-tiers test-rabbitmq43-nodes test-sim43
+
+# The simulator fixtures behave as the profile .ci/rabbitmq-alt names for the installed release
+# (LADDER_SIMULATOR_RABBITMQ: 4.3, or the nearest one to a newer series).
+test-rabbitmq43-tiers: $(STAMP) rabbitmq43
+	$(ALT43_ENV) && $(PY) -m pytest -ra --ignore=tests/faults --ignore=tests/cluster \
+		--ignore=tests/process/test_packaging.py --ignore=tests/process/test_dist.py -m "not unit" $(PYTEST_ARGS)
+
+# Private 4.3 nodes from the same root; 4.3 keeps its metadata in Khepri only (the clusters too).
+test-rabbitmq43-nodes: $(STAMP) rabbitmq43
+	$(ALT43_ENV) && $(PY) -m pytest -ra tests/faults tests/cluster $(PYTEST_ARGS)
 
 # The distribution (kombu-ladder is not on the package index yet: this is what would be uploaded). sdist and
 # wheel in dist/, 'twine check --strict', then tests/process/test_dist.py on what was built: the wheel in a clean

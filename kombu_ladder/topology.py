@@ -241,7 +241,13 @@ def _accepted(connection: Any, queue: Queue) -> bool:
 
 def _missing(connection_or_channel: Any, names: list[Optional[str]]) -> list[str]:
     """Which of the exchange (the first name; None: none) and the queues do not exist: passive declares,
-    a channel each."""
+    a channel each.
+
+    From RabbitMQ 4.2.6 and 4.3 a passive declare needs a permission on what it names (4.3.0: configure;
+    4.3.1 on: any). A producer's row (:func:`kombu_ladder.permissions.producer`) has write on the exchange
+    and nothing on the rungs, so on those releases only the exchange can be found: a queue refused with
+    403 is not counted missing (the operator's ``declare`` made the exchange and its rungs together).
+    """
     connection = connection_or_channel if hasattr(connection_or_channel, "default_channel") \
         else connection_or_channel.connection
     missing = []
@@ -255,7 +261,11 @@ def _missing(connection_or_channel: Any, names: list[Optional[str]]) -> list[str
             else:
                 channel.queue_declare(name, passive=True)
         except ChannelError as exc:
-            if getattr(exc, "reply_code", None) != 404:
+            code = getattr(exc, "reply_code", None)
+            if code == 403 and index > 0:
+                logger.debug("may not check that queue %s exists (RabbitMQ >= 4.2.6): %s", name, exc)
+                continue
+            if code != 404:
                 raise
             missing.append(name)
         finally:

@@ -20,6 +20,7 @@ from ..depths import waiting_in_queues
 from ..index import default_path
 from ..link import clock_of
 from ..relay import RelayOptions
+from ..relay.driver import StopSignals
 from . import checks, commands, console, options, oversight, waiting
 
 __all__ = ["cli", "main", "BROKER_ENV", "Source", "SOURCE", "Command", "Group", "SHARED", "broker",
@@ -451,6 +452,7 @@ def relay(report_every: float, metrics_port: Optional[int], metrics_address: str
     not given comes from its environment variable, then (celery ladder) the
     app's setting, then its default.
     """
+    signals = StopSignals().install()  # first: a SIGTERM at any later moment is a clean stop
     if metrics_port is not None:
         commands.metrics_server()  # prometheus-client missing: say so before connecting
     source, values = _source(), options.given(tuning)
@@ -458,7 +460,8 @@ def relay(report_every: float, metrics_port: Optional[int], metrics_address: str
     tuned = source.relay_options(**values)
     with _broker(log_level="INFO") as connection:
         commands.relay(connection, options=tuned, report_every=report_every, metrics_port=metrics_port,
-                       metrics_address=metrics_address, metrics_interval=metrics_interval, queue_type=queue_type)
+                       metrics_address=metrics_address, metrics_interval=metrics_interval, queue_type=queue_type,
+                       signals=signals)
 
 
 @cli.command()

@@ -30,6 +30,7 @@ from ..parking import parked_reasons
 from ..parking import replay as replay_parked
 from ..plan import DueBound, due_bounds
 from ..relay import Relay, RelayOptions
+from ..relay.driver import StopSignals
 from ..topology import declare as declare_topology
 from ..topology import declared_queue_type, resolve_queue_type
 
@@ -306,8 +307,11 @@ def relay_options(**values: Any) -> RelayOptions:
 
 def relay(connection: Connection, *, options: RelayOptions, report_every: Optional[float] = 30.0,
           metrics_port: Optional[int] = None, metrics_address: str = "127.0.0.1",
-          metrics_interval: float = 15.0, queue_type: Optional[str] = None) -> None:
+          metrics_interval: float = 15.0, queue_type: Optional[str] = None,
+          signals: Optional[StopSignals] = None) -> None:
     """Run a relay with ``options`` on ``connection`` until SIGTERM or SIGINT (it logs its counters as it stops).
+
+    ``signals``: the stop signals' handlers, installed first thing at the start (installed here if None).
 
     It declares the ladder in ``queue_type``'s profile (default: the one already declared, else
     classic; it replaces ``options.queue_type``). With ``metrics_port``, it serves Prometheus metrics
@@ -323,7 +327,7 @@ def relay(connection: Connection, *, options: RelayOptions, report_every: Option
                                   interval=metrics_interval,
                                   enforcing=lambda: cancellations_enforced(runner.core)).start()
     try:
-        runner.run_until_signalled()
+        runner.run_until_signalled(signals)
     finally:
         if server is not None:
             server.stop()

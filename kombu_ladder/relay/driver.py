@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import socket
 import time
@@ -19,13 +20,15 @@ from .core import RelayCore
 from .counters import Counters
 from .options import RelayOptions, taking_options
 
-__all__ = ["Relay", "Later", "STOP_GRACE", "TICK"]
+__all__ = ["Relay", "Later", "StopSignals", "STOP_GRACE", "TICK", "PAUSE_AT", "PHASES"]
 
 logger = logging.getLogger("kombu_ladder.relay")
 
 I_STOPPED = "relay stopped: %s"
 I_COUNTERS = "relay counters: %s"
 I_SIGNAL = "received %s, stopping the relay"
+I_SIGNAL_EARLY = "received %s before the relay started: nothing taken, exiting"
+W_PAUSED = "relay paused at %s (%s): waiting for a signal"
 E_CONFLICT = "ladder relay not started: the broker's ladder topology conflicts with the contract: %s"
 
 #: Seconds a stopping relay waits at most for outstanding confirms, so a clean stop duplicates nothing: it
@@ -38,6 +41,70 @@ LOOP_TICK = 0.25
 
 #: ``later(seconds, function)``: run ``function`` once, ``seconds`` from now, where the relay's frames are read.
 Later = Callable[[float, Callable[[], None]], object]
+
+#: The signals that stop a relay cleanly.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+#: The moments of a standalone relay's life a stop signal may land in, in order: before its signal handlers
+#: exist, connected and declared but not consuming, reading the cancellations before it consumes, holding
+#: messages, and giving them back as it stops.
+PHASES = ("before-signals", "connected", "catching-up", "holding", "putting-back")
+#: For tests: the phases (comma-separated) at which a relay logs :data:`W_PAUSED` and waits for the next
+#: signal, so a test can stop it at exactly that moment, whatever the machine's load.
+PAUSE_AT = "LADDER_RELAY_PAUSE_AT"
+_paused: set[str] = set()
+
+
+def pause_at(phase: str, received: Callable[[], int]) -> None:
+    """If :data:`PAUSE_AT` names ``phase`` (once per process): log it, and wait until ``received()`` (the stop
+    signals counted so far) grows. Main thread only (``signal.pause``); a no-op unless the variable is set."""
+    if phase in _paused or phase not in os.environ.get(PAUSE_AT, "").split(","):
+        return
+    _paused.add(phase)
+    seen = received()
+    logger.warning(W_PAUSED, phase, PAUSE_AT)
+    while received() == seen:
+        signal.pause()
+
+
+class _Stopped(Exception):
+    """A stop was asked for while the relay was (re)connecting."""
+
+
+class StopSignals:
+    """SIGTERM and SIGINT as a request to stop a standalone relay; :meth:`install` them before anything else.
+
+    Until a relay is :meth:`attach`-ed (the start: reading options, connecting to resolve the queue type) a
+    signal ends the process at once with exit status 0: nothing has been taken yet. Afterwards it only asks
+    the relay to stop: the loop ends at its next turn (within a second), gives back what it holds and waits
+    for the confirms of what it published. The handler does no I/O, so it never interleaves with the frames
+    the relay is writing or reading.
+    """
+
+    def __init__(self) -> None:
+        #: Stop signals received so far.
+        self.received = 0
+        self._relay: Optional["Relay"] = None
+
+    def install(self) -> "StopSignals":
+        """Install the handlers (main thread only); return self."""
+        pause_at("before-signals", lambda: self.received)
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, self._on_signal)
+        return self
+
+    def attach(self, relay: "Relay") -> None:
+        """From now on a signal stops ``relay``."""
+        self._relay = relay
+        relay.signals = self
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.received += 1
+        relay = self._relay
+        if relay is None:
+            logger.info(I_SIGNAL_EARLY, signal.Signals(signum).name)
+            raise SystemExit(0)
+        logger.info(I_SIGNAL, signal.Signals(signum).name)
+        relay.should_stop = True
 
 
 class Relay(ConsumerMixin):
@@ -81,6 +148,8 @@ class Relay(ConsumerMixin):
         self._started: Any = None
         self._later: Optional[Later] = None
         self._last_report = self._last_tick = time.monotonic()
+        #: The stop signals that stop this relay (:meth:`run_until_signalled`); None: none.
+        self.signals: Optional[StopSignals] = None
 
     @property
     def counters(self) -> Counters:
@@ -152,6 +221,7 @@ class Relay(ConsumerMixin):
         queue published back into a rung, whose confirms are waited for with the rest.
         """
         _quietly(self.core.stand_down, "giving up the held messages")
+        self._pause_at("putting-back")
         deadline = time.monotonic() + grace
         while self.core.outstanding and connection is not None and time.monotonic() < deadline:
             try:
@@ -194,23 +264,33 @@ class Relay(ConsumerMixin):
         """Consume until :meth:`stop`, reconnecting as needed (kombu's ConsumerMixin loop)."""
         try:
             super().run(_tokens, **kwargs)
+        except _Stopped:
+            pass
         finally:
             self.close()
 
-    def run_until_signalled(self) -> None:
-        """Run until SIGTERM or SIGINT, then stop cleanly (main thread only: it installs the handlers)."""
-
-        def stop(signum: int, frame: Any) -> None:
-            logger.info(I_SIGNAL, signal.Signals(signum).name)
-            self.stop()
-
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
+    def run_until_signalled(self, signals: Optional[StopSignals] = None) -> None:
+        """Run until SIGTERM or SIGINT, then stop cleanly (main thread only). ``signals``: the handlers
+        installed already, first thing at the start (:class:`StopSignals`); None: install them now."""
+        (signals or StopSignals().install()).attach(self)
         self.run()
         logger.info(I_STOPPED, self.counters.as_dict())
 
+    def on_connection_error(self, exc: Exception, interval: float) -> None:
+        """kombu's retry loop, connecting: give up when a stop was asked for (the broker may never come back)."""
+        if self.should_stop:
+            raise _Stopped()
+        super().on_connection_error(exc, interval)
+
     def get_consumers(self, Consumer: Any, channel: Any) -> list[Any]:  # noqa: N803 - kombu's name
-        return [self.attach(self.connection, channel)]
+        consumer = self.attach(self.connection, channel)
+        self._pause_at("connected")
+        return [consumer]
+
+    def _pause_at(self, phase: str) -> None:
+        if self.signals is not None:
+            signals = self.signals
+            pause_at(phase, lambda: signals.received)
 
     def consume(self, limit: Optional[int] = None, timeout: Optional[float] = None, safety_interval: float = 1.0,
                 **kwargs: Any) -> Iterator[None]:
@@ -218,7 +298,11 @@ class Relay(ConsumerMixin):
         due (:meth:`RelayCore.next_wakeup`), and due messages are published (:meth:`RelayCore.fire`) first."""
         core, elapsed = self.core, 0.0
         with self.consumer_context(**kwargs) as (conn, _channel, _consumers):
+            if not core.cancels.ready:  # the cancellations' marker is read by the drain_events below
+                self._pause_at("catching-up")
             for _ in limit and range(limit) or count():
+                if len(core.held):
+                    self._pause_at("holding")
                 if self.should_stop:
                     break
                 self.on_iteration()

@@ -19,6 +19,7 @@ from .client_codec import client_body, copy_decoded
 from .clock import VirtualClock
 from .core import BrokerCore
 from .frames import Call
+from .permissions import Permissions
 from .profiles import DEFAULT, profile_for
 from .registry import SCHEME, named, register, unique_name
 
@@ -68,6 +69,7 @@ class SimulatedBroker(BrokerCore):
         super().__init__(VirtualClock(start), record=record,
                          expiry_lag=VirtualClock.to_ms(expiry_lag, argument="expiry_lag"))
         self.profile = profile_for(rabbitmq)
+        self.permissions = Permissions(self.vhost, names_rights=self.profile.names_rights)
         self.name = name or unique_name()
         self.settle_timeout = settle_timeout
         self._driven: list[Any] = []
@@ -132,10 +134,8 @@ class SimulatedBroker(BrokerCore):
 
     def set_permissions(self, *, configure: str = ".*", write: str = ".*", read: str = ".*") -> None:
         """Give the simulated user these permission regexps, as ``rabbitmqctl set_permissions`` does."""
-        from .permissions import Permissions
-
         with self.lock:
-            self.permissions = Permissions(self.vhost, configure, write, read)
+            self.permissions = Permissions(self.vhost, configure, write, read, names_rights=self.profile.names_rights)
 
     def close(self) -> None:
         """Stop what :meth:`host` runs and close every connection to it."""

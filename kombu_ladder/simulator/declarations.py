@@ -79,6 +79,8 @@ class Declarations:
                 raise AccessRefused("ACCESS_REFUSED - operation not permitted on the default exchange",
                                     method, reply_code=403)
             if passive:
+                if self.profile.passive_needs_permission:
+                    self.permissions.check_any("exchange", name, method)
                 self._exchange(name, method)
                 return
             self.permissions.check("configure", "exchange", name, method)
@@ -151,6 +153,8 @@ class Declarations:
         with self.lock:
             method = spec.Queue.Declare
             if passive:
+                if self.profile.passive_needs_permission:
+                    self.permissions.check_any("queue", name, method)
                 queue = self._queue(name, method)
                 self._check_owner(queue, channel, method)
                 return queue.name, len(queue.ready), len(queue.consumers)
@@ -159,11 +163,11 @@ class Declarations:
                 name = token("amq.gen-")
             self.permissions.check("configure", "queue", name, method)
             arguments = round_trip_table(arguments)
+            existing = self.queues.get(name)
             self.profile.check_queue_declare(name, self.vhost, durable=bool(durable), exclusive=bool(exclusive),
-                                             arguments=arguments)
+                                             arguments=arguments, new=existing is None)
             streams.check_declare(name, self.vhost, durable=bool(durable), exclusive=bool(exclusive),
                                   auto_delete=bool(auto_delete), arguments=arguments)
-            existing = self.queues.get(name)
             if existing is not None:
                 self._check_owner(existing, channel, method)
                 keys = [k for k in QUEUE_ARGUMENT_KEYS if k in existing.arguments or k in arguments]

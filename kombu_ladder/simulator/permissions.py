@@ -24,10 +24,12 @@ class Permissions:
     """
 
     def __init__(self, vhost: str, configure: str = ".*", write: str = ".*", read: str = ".*",
-                 user: str = "guest") -> None:
+                 user: str = "guest", *, names_rights: bool = False) -> None:
         self.vhost = vhost
         self.user = user
         self.rules = {"configure": re.compile(configure), "write": re.compile(write), "read": re.compile(read)}
+        #: Whether a refusal names the right (``configure access to queue ...``: RabbitMQ 4.x) or not (3.x).
+        self.names_rights = names_rights
 
     def check(self, right: str, kind: str, name: str, method: Any) -> None:
         """Raise RabbitMQ's ``ACCESS_REFUSED`` unless ``right`` covers resource ``kind`` ``name``.
@@ -37,6 +39,21 @@ class Permissions:
         """
         shown = name or (DEFAULT_EXCHANGE if kind == "exchange" else name)
         if self.rules[right].search(shown) is None:
-            raise AccessRefused(
-                f"ACCESS_REFUSED - access to {kind} '{shown}' in vhost '{self.vhost}' refused for user "
-                f"'{self.user}'", method, reply_code=403)
+            self._refuse(right, kind, shown, method)
+
+    def check_any(self, kind: str, name: str, method: Any) -> None:
+        """Raise ``ACCESS_REFUSED`` (naming configure, as RabbitMQ 4.3 does) unless some right covers ``name``:
+        what 4.3.1 and later ask of a passive declare.
+
+        Raises:
+            AccessRefused: no right covers the name.
+        """
+        shown = name or (DEFAULT_EXCHANGE if kind == "exchange" else name)
+        if all(rule.search(shown) is None for rule in self.rules.values()):
+            self._refuse("configure", kind, shown, method)
+
+    def _refuse(self, right: str, kind: str, shown: str, method: Any) -> None:
+        named = f"{right} " if self.names_rights else ""
+        raise AccessRefused(
+            f"ACCESS_REFUSED - {named}access to {kind} '{shown}' in vhost '{self.vhost}' refused for user "
+            f"'{self.user}'", method, reply_code=403)

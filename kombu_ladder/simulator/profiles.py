@@ -1,4 +1,4 @@
-"""RabbitMQ release profiles: what a 4.0 or 4.3 broker does differently from 3.10 (as measured on 4.0.5)."""
+"""RabbitMQ release profiles: what a 4.0 or 4.3 broker does differently from 3.10 (measured on 4.0.5 and 4.3.6)."""
 
 from __future__ import annotations
 
@@ -45,10 +45,19 @@ class Profile:
     #: Queue arguments read back (``rabbitmqctl list_queues arguments``) name ``x-queue-type``
     #: on every queue, a classic one declared without it included (4.x).
     reports_queue_type: bool = False
+    #: An ``ACCESS_REFUSED`` text names the right refused (``configure access to queue ...``: 4.x).
+    names_rights: bool = False
+    #: A passive ``queue.declare`` or ``exchange.declare`` needs some permission on what it names, checked
+    #: before whether it exists (4.2.6 and 4.3.0: configure; 4.3.1 on: any of the three); 3.x and 4.0 need none.
+    passive_needs_permission: bool = False
 
     def check_queue_declare(self, name: str, vhost: str, *, durable: bool, exclusive: bool,
-                            arguments: dict[str, Any]) -> None:
-        """Raise what this release answers to a declaration it refuses (nothing for one it accepts)."""
+                            arguments: dict[str, Any], new: bool = True) -> None:
+        """Raise what this release answers to a declaration it refuses (nothing for one it accepts).
+
+        ``new``: no such queue exists yet. 4.3.6 refuses a transient non-exclusive queue only then: declared
+        again with ``durable=False``, an existing durable queue is inequivalent, as on 3.10.
+        """
         method = spec.Queue.Declare
         if not self.cqv1_arguments:
             if "x-queue-mode" in arguments:
@@ -59,7 +68,7 @@ class Profile:
                 raise PreconditionFailed(
                     f"PRECONDITION_FAILED - invalid arg 'x-queue-version' for queue '{name}' in vhost "
                     f"'{vhost}': unsupported queue version '1'", method, reply_code=406)
-        if not self.transient_nonexclusive and not durable and not exclusive:
+        if new and not self.transient_nonexclusive and not durable and not exclusive:
             raise InternalError(E_TRANSIENT_NONEXCL, method, reply_code=541)
 
     def qos_is_global(self, a_global: bool) -> bool:
@@ -82,14 +91,16 @@ class Profile:
 
 #: What 4.0 does differently from 3.10, measured on 4.0.5 (tests/broker/test_simulator_fidelity.py
 #: runs the same scenarios on both brokers and on these profiles).
-_FOUR = {"reencodes_headers": True, "last_death_headers": True, "reports_queue_type": True}
+_FOUR = {"reencodes_headers": True, "last_death_headers": True, "reports_queue_type": True, "names_rights": True}
 
 #: Every profile by name. "3.10" is what the repository's real broker runs; "4.0" the other one it
-#: runs (``make test-rabbitmq4``); "4.3" is 4.0 plus 4.3's refusals, which cannot run here.
+#: runs (``make test-rabbitmq4``); "4.3" is 4.0 plus 4.3's refusals and its permission check on passive
+#: declares, measured on 4.3.6 (``make test-rabbitmq43``).
 PROFILES: dict[str, Profile] = {
     "3.10": Profile("3.10"),
     "4.0": Profile("4.0", **_FOUR),
-    "4.3": Profile("4.3", global_qos=False, cqv1_arguments=False, transient_nonexclusive=False, **_FOUR),
+    "4.3": Profile("4.3", global_qos=False, cqv1_arguments=False, transient_nonexclusive=False,
+                   passive_needs_permission=True, **_FOUR),
 }
 
 

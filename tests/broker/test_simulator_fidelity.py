@@ -11,7 +11,7 @@ from functools import partial
 from typing import Any
 
 import pytest
-from amqp.exceptions import PreconditionFailed
+from amqp.exceptions import ChannelError, PreconditionFailed
 from backends import depth, get
 from helpers import list_queues
 from kombu import Connection, Exchange, Producer, Queue
@@ -117,10 +117,7 @@ def test_per_message_ttl_expires_only_at_the_head_of_the_queue(ladder_backend: A
 
 
 def test_inequivalent_redeclaration_fails_with_rabbitmqs_text(ladder_backend: Any) -> None:
-    if getattr(getattr(ladder_backend, "broker", None), "profile", None) is not None \
-            and not ladder_backend.broker.profile.transient_nonexclusive:
-        pytest.skip("RabbitMQ 3.10's texts; 4.3 refuses the durable=False case before comparing "
-                    "(tests/sim/test_simulator_profiles.py)")
+    """The texts are the same on 3.10, 4.0.5 and 4.3.6 (4.3 refuses a transient queue only when it is new)."""
     queue, exchange = _names("q", "x")
     with ladder_backend.connection() as conn:
         Queue(queue, durable=True, queue_arguments={"x-message-ttl": 1000})(conn.channel()).declare()
@@ -273,3 +270,51 @@ def test_queue_arguments_read_back_as_the_release_reports_them(ladder_backend: A
         Queue(queue, durable=True, queue_arguments=arguments)(conn.default_channel).declare()
     extra = {"x-queue-type": "classic"} if ladder_backend.release >= (4, 0) else {}
     assert read == {**arguments, **extra}
+
+
+def test_passive_declares_and_refusals_check_permissions_as_the_release_does(ladder_backend: Any,
+                                                                              request: Any) -> None:
+    """From 4.2.6 a passive declare needs a permission on what it names, before whether it exists (4.3.1 on:
+    any right; refused naming configure); 3.x and 4.0 need none. 4.x texts name the right refused."""
+    queue, exchange, missing = _names("q", "x", "gone")
+    rights = dict(configure="^$", write=f"^{re.escape(exchange)}$|^{re.escape(queue)}$", read="^$")
+    if ladder_backend.name == "simulator":
+        setup, user = ladder_backend.connection, ladder_backend.connection
+    else:
+        from helpers import vhost_url
+
+        from kombu_ladder.permissions import Permissions
+
+        vhost = request.getfixturevalue("fresh_vhost")
+        url = request.getfixturevalue("make_user")("passive", Permissions(**rights))
+        setup, user = partial(Connection, vhost_url(vhost)), partial(Connection, url)
+    with setup() as conn:
+        Queue(queue, durable=True)(conn.default_channel).declare()
+        Exchange(exchange, "direct", durable=True)(conn.default_channel).declare()
+    if ladder_backend.name == "simulator":
+        ladder_backend.broker.set_permissions(**rights)
+    outcomes = []
+    with user() as conn:
+        for declare in (
+            lambda ch: ch.queue_declare(queue, passive=True),  # write on it
+            lambda ch: ch.exchange_declare(exchange, "direct", passive=True),  # write on it
+            lambda ch: ch.queue_declare(missing, passive=True),  # no right
+            lambda ch: ch.exchange_declare(missing, "direct", passive=True),  # no right
+            lambda ch: ch.queue_declare(missing, durable=True),  # an active declare: configure
+        ):
+            try:
+                declare(conn.channel())
+                outcomes.append("ok")
+            except ChannelError as exc:
+                outcomes.append(f"{exc.reply_code} {_no_vhost(exc.reply_text)}")
+    refused = "403 ACCESS_REFUSED - {}access to {} '{}' in vhost 'V' refused for user '{}'"
+    user_name = ("guest" if ladder_backend.name == "simulator"
+                 else re.sub(r"^amqp://([^:]+):.*", r"\1", url))
+    named = "configure " if ladder_backend.release >= (4, 0) else ""
+    if ladder_backend.release >= (4, 2, 6):
+        missing_ones = [refused.format("configure ", "queue", missing, user_name),
+                        refused.format("configure ", "exchange", missing, user_name)]
+    else:
+        missing_ones = [f"404 NOT_FOUND - no queue '{missing}' in vhost 'V'",
+                        f"404 NOT_FOUND - no exchange '{missing}' in vhost 'V'"]
+    assert outcomes == ["ok", "ok", *missing_ones, refused.format(named, "queue", missing, user_name)]

@@ -106,12 +106,15 @@ class Cluster:
                 node.ctl("start_app")
                 node.await_startup()
             wait_until(lambda: self.running() == {n.name for n in self.nodes}, 60, "all three nodes running")
-            if KHEPRI:
+            khepri = self.khepri()
+            if KHEPRI and not khepri:
                 # RabbitMQ 4.0 ships Khepri as an experimental metadata store: once enabled on a
                 # cluster it cannot be disabled, so only a private cluster ever gets it.
                 first.ctl("enable_feature_flag", "--experimental", "khepri_db")
+                khepri = self.khepri()
             self.release = first.version()
-            self.metadata_store = "khepri" if KHEPRI else "mnesia"
+            # 4.3 has no other store (khepri_db is enabled on every fresh node): what the flag says, not the wish.
+            self.metadata_store = "khepri" if khepri else "mnesia"
         except BaseException:
             self.teardown()
             raise
@@ -119,6 +122,11 @@ class Cluster:
 
     def __exit__(self, *exc: object) -> None:
         self.teardown()
+
+    def khepri(self) -> bool:
+        """Whether the cluster keeps its metadata in Khepri (the ``khepri_db`` feature flag is enabled)."""
+        rows = self.nodes[0].ctl("list_feature_flags", "--silent", "name", "state").split("\n")
+        return any(row.split() == ["khepri_db", "enabled"] for row in rows)
 
     def teardown(self) -> None:
         """Stop every node, reachable or not: a node paused in a minority (pause_minority) closes its

@@ -1,4 +1,9 @@
-"""Fault: consumer_timeout lowered to 10 s; 90 s countdowns with the ladder and, in contrast, without."""
+"""Fault: consumer_timeout lowered to 10 s; 90 s countdowns with the ladder and, in contrast, without.
+
+RabbitMQ 4.3 no longer enforces consumer_timeout on classic queues (its release notes; measured on 4.3.6:
+vanilla Celery held its 20 ETA tasks unacked for 90 s and ran them all, no channel closed). There the
+contrast is that vanilla Celery's tasks are not killed either, and the ladder still holds nothing unacked.
+"""
 
 from __future__ import annotations
 
@@ -58,9 +63,14 @@ def test_ladder_runs_90s_countdowns_once_where_vanilla_celery_times_out(
         wait_until(lambda: len(ladder.runs()) == SENT, COUNTDOWN + 60, "the ladder's tasks to run",
                    lambda: ladder.log()[-3000:])
         ladder_at = time.monotonic() - started
-        # Vanilla Celery holds every task unacked for 90 s: the broker's periodic check kills the channel.
-        wait_until(lambda: TIMED_OUT in vanilla.log(), 60, "vanilla Celery's PRECONDITION_FAILED",
-                   lambda: vanilla.log()[-3000:])
+        enforced = classic_queues_enforce_consumer_timeout(private_node)
+        if enforced:
+            # Vanilla Celery holds every task unacked for 90 s: the broker's periodic check kills the channel.
+            wait_until(lambda: TIMED_OUT in vanilla.log(), 60, "vanilla Celery's PRECONDITION_FAILED",
+                       lambda: vanilla.log()[-3000:])
+        else:
+            wait_until(lambda: len(vanilla.runs()) >= SENT, 60, "vanilla Celery's tasks to run",
+                       lambda: vanilla.log()[-3000:])
         time.sleep(3.0)  # a late duplicate of the ladder's tasks would show up here
         ladder_result = run_figures(ladder.runs(), SENT)
         vanilla_result = run_figures(vanilla.runs(), SENT)
@@ -71,9 +81,18 @@ def test_ladder_runs_90s_countdowns_once_where_vanilla_celery_times_out(
         for vhost in vhosts:
             private_node.ctl("delete_vhost", vhost, check=False)
     report.update(ladder_result, ran_after_s=round(ladder_at, 1), ladder_channel_errors=ladder_log.count(TIMED_OUT),
+                  release=private_node.version(), classic_consumer_timeout_enforced=enforced,
                   vanilla_channel_errors=vanilla_log.count(TIMED_OUT),
                   vanilla_runs_by_then=vanilla_result["delivered"])
     assert ladder_result == {"sent": SENT, "delivered": SENT, "duplicated": 0, "lost": 0}
     assert TIMED_OUT not in ladder_log and "timed out" not in ladder_log
     assert ladder_at >= COUNTDOWN - 1.5, "the ladder's tasks ran too early"
-    assert "delivery acknowledgement on channel" in vanilla_log
+    if enforced:
+        assert "delivery acknowledgement on channel" in vanilla_log
+    else:
+        assert TIMED_OUT not in vanilla_log and vanilla_result["delivered"] == SENT, vanilla_log[-3000:]
+
+
+def classic_queues_enforce_consumer_timeout(node: PrivateNode) -> bool:
+    """Whether the node's release enforces consumer_timeout on classic queues (every release before 4.3)."""
+    return tuple(int(part) for part in node.version().split(".")[:2]) < (4, 3)

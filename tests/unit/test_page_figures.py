@@ -251,7 +251,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure("compatibility.rst", r"\* - ``celery5\.\d``(\n\s+- \S+){5}", Code(lambda: [],
                                                                               holds=_matrix_rows_match_ci),
            pattern=True),
-    Figure("compatibility.rst", "* - 4.3", Label("a RabbitMQ release, the first column of the broker table")),
+    Figure("compatibility.rst", "     - 4.3.6", Label("a RabbitMQ release, a column of the broker table")),
     Figure("compatibility.rst", "-0.02 s to +1.5 s", Asserted("tests/celery_tier/test_celery_native_delayed.py")),
     # the relay's byte budget for held messages (issue 28)
     Figure("how.rst", "(64 MiB by default)", Code(lambda: [_plan().HOLD_BYTES >> 20])),
