@@ -14,7 +14,7 @@ import logging
 from typing import Callable
 
 import pytest
-from helpers import broker_release, queue_depth, vhost_url, wait_for
+from helpers import queue_depth, vhost_url, wait_for
 from kombu import Connection, Exchange, Queue
 
 from kombu_ladder import LadderProducer, Scheduler, declare
