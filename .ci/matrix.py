@@ -10,7 +10,8 @@ fails the stack. Then it runs the real-worker tests (tests/celery_tier and every
 by kombu release. One line per stack: verdict, versions, wall time.
 
 Usage: python3 .ci/matrix.py [stack ...]   (or STACKS="celery5.3 celery5.7" make test-matrix)
-MATRIX_JOBS=2 runs two stacks at once.
+MATRIX_JOBS=2 runs two stacks at once; MATRIX_PYTEST_ARGS adds pytest arguments to each stack's run
+(CI: ``-n 2 --dist loadgroup``, each stack's tests on two xdist workers).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -182,7 +184,8 @@ def run_stack(stack: Stack) -> tuple[str, str, list[str]]:
         else:
             env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
             code = run([str(venv / "bin/python"), "-m", "pytest", "-q", "-ra", "-p", "no:cacheprovider",
-                        *test_paths(venv, log)], log, env=env, timeout=TEST_TIMEOUT)
+                        *shlex.split(os.environ.get("MATRIX_PYTEST_ARGS", "")), *test_paths(venv, log)],
+                       log, env=env, timeout=TEST_TIMEOUT)
             verdict, detail = ("PASS" if code == 0 else "FAIL"), summary(log)
     wall = time.monotonic() - t0
     versions = " ".join(stack.pins).replace("==", " ")
