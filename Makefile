@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 help:
 	@echo "make demo   - schedule mixed delays and watch them arrive (RabbitMQ, or the simulator)"
-	@echo "make test   - install into .venv; run every tier but faults and cluster, in parallel (needs RabbitMQ; about 10 min)"
+	@echo "make test   - install into .venv; run every tier but faults and cluster, in parallel (needs RabbitMQ; each run timed in docs/_data/run-times.json)"
 	@echo "make first-hour - the README's commands and the quickstarts in order, failing on any warning or error (needs RabbitMQ)"
 	@echo "make test-unit - the tests that need no broker, no Celery worker and no process of their own (seconds)"
 	@echo "make test-faults - crash, restart and consumer_timeout tests on a private RabbitMQ node (about 6 min)"
