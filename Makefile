@@ -4,11 +4,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help install dist test test-unit test-faults test-cluster test-broker test-matrix test-sim43 test-celery-upstream first-hour rabbitmq4 rabbitmq4-stop test-rabbitmq4 test-rabbitmq4-tiers test-rabbitmq4-nodes test-sim40 rabbitmq43 rabbitmq43-stop test-rabbitmq43 test-rabbitmq43-tiers test-rabbitmq43-nodes demo lint docs diagrams bench bench-quick clean
+.PHONY: help install dist test test-passes test-unit test-faults test-cluster test-broker test-matrix test-sim43 test-celery-upstream first-hour rabbitmq4 rabbitmq4-stop test-rabbitmq4 test-rabbitmq4-tiers test-rabbitmq4-nodes test-sim40 rabbitmq43 rabbitmq43-stop test-rabbitmq43 test-rabbitmq43-tiers test-rabbitmq43-nodes demo lint docs diagrams bench bench-quick clean
 
 help:
 	@echo "make demo   - schedule mixed delays and watch them arrive (RabbitMQ, or the simulator)"
-	@echo "make test   - install into .venv; run every tier but faults and cluster, in parallel (needs RabbitMQ; about 10 min)"
+	@echo "make test   - install into .venv; run every tier but faults and cluster, in parallel (needs RabbitMQ; each run timed in docs/_data/run-times.json)"
 	@echo "make first-hour - the README's commands and the quickstarts in order, failing on any warning or error (needs RabbitMQ)"
 	@echo "make test-unit - the tests that need no broker, no Celery worker and no process of their own (seconds)"
 	@echo "make test-faults - crash, restart and consumer_timeout tests on a private RabbitMQ node (about 6 min)"
@@ -42,7 +42,11 @@ install: $(STAMP)
 # In parallel (pytest-xdist: the suite mostly waits, and each test has a vhost of its own), then the few files
 # marked serial alone (tests/README.md, "In parallel"). TEST_WORKERS=0 runs the first pass in this process.
 TEST_WORKERS ?= 3
+# Timed: tests/run_times.py records the minutes and the load average in docs/_data/run-times.json (README).
 test: $(STAMP)
+	$(PY) tests/run_times.py make-test $(TEST_WORKERS) -- $(MAKE) --no-print-directory test-passes
+
+test-passes: $(STAMP)
 	$(PY) -m pytest -ra -n $(TEST_WORKERS) --dist loadgroup -m "not serial" --ignore=tests/faults --ignore=tests/cluster $(PYTEST_ARGS); \
 	first=$$?; \
 	$(PY) -m pytest -ra -m serial --ignore=tests/faults --ignore=tests/cluster $(PYTEST_ARGS); \

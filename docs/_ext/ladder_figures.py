@@ -3,17 +3,20 @@
 ``.. ladder-hops::`` renders relay hops per delivered message from
 :func:`kombu_ladder.plan.forecast`; ``:hops:`86400``` is one of its figures in a
 sentence. ``.. ladder-metrics::`` renders every metric a relay serves, read from
-:class:`kombu_ladder.metrics.LadderCollector` itself.
+:class:`kombu_ladder.metrics.LadderCollector` itself. ``.. fault-figures::`` renders the fault
+suite's figures from ``docs/_data/fault-figures.json``, which every run of the suite merges into.
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from docutils import nodes
 from docutils.parsers.rst import Directive, directives
 
-__all__ = ["setup", "relay_hops", "metric_rows", "HOPS_LAG_MS", "HOPS_DELAYS"]
+__all__ = ["setup", "relay_hops", "metric_rows", "fault_rows", "HOPS_LAG_MS", "HOPS_DELAYS", "FAULT_FIGURES"]
 
 #: Each rung's expiry, in ms after its TTL, in the hops table (RabbitMQ's median is a few ms).
 HOPS_LAG_MS = 5
@@ -166,9 +169,56 @@ class SettingsReference(Directive):
         return list(node.children)
 
 
+#: The fault suite's figures per test (tests/faults/figures_record.py writes it).
+FAULT_FIGURES = Path(__file__).resolve().parents[1] / "_data" / "fault-figures.json"
+
+
+def fault_rows(scenarios: list[tuple[str, str]], path: Path = FAULT_FIGURES) -> list[list[str]]:
+    """``[label, sent, delivered, duplicated, lost, runs]`` per ``(test id, label)``: each count as its min–max
+    over the runs ``path`` records (one figure when they agree). A test the file does not have raises KeyError."""
+    data = json.loads(path.read_text(encoding="utf-8"))["scenarios"]
+
+    def span(low: int, high: int) -> str:
+        return f"{low:,}" if low == high else f"{low:,}–{high:,}"
+
+    return [[label, *(span(*data[test][k]) for k in ("sent", "delivered", "duplicated", "lost")),
+             str(data[test]["runs"])] for test, label in scenarios]
+
+
+class FaultFigures(Directive):
+    """``.. fault-figures::``: the fault suite's figures per scenario. The content lists the scenarios: a test's
+    node id (``tests/faults/...::test_...``) on a line, its label (reStructuredText) indented below it."""
+
+    has_content = True
+
+    def run(self) -> list[nodes.Node]:
+        from docutils.statemachine import StringList
+
+        scenarios: list[tuple[str, str]] = []
+        for line in self.content:
+            if line.strip() and not line[0].isspace():
+                scenarios.append((line.strip(), ""))
+            elif line.strip() and scenarios:
+                scenarios[-1] = (scenarios[-1][0], f"{scenarios[-1][1]} {line.strip()}".strip())
+            elif line.strip():
+                raise self.error(f"fault-figures: {line.strip()!r} comes before any test id")
+        try:
+            rows = fault_rows(scenarios)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise self.error(f"fault-figures: no figures in {FAULT_FIGURES} for this table: {exc!r}") from exc
+        self.state.document.settings.env.note_dependency(str(FAULT_FIGURES))
+        lines = [".. list-table::", "   :header-rows: 1", "   :widths: 40 10 10 10 8 8", ""]
+        for row in [["scenario", "sent", "delivered", "duplicated", "lost", "runs"], *rows]:
+            lines += [f"   * - {row[0]}", *(f"     - {cell}" for cell in row[1:])]
+        node = nodes.container()
+        self.state.nested_parse(StringList(lines, source=str(FAULT_FIGURES)), self.content_offset, node)
+        return list(node.children)
+
+
 def setup(app: Any) -> dict[str, Any]:
     app.add_directive("ladder-settings", SettingsReference)
     app.add_directive("ladder-hops", HopsTable)
     app.add_directive("ladder-metrics", MetricsTable)
+    app.add_directive("fault-figures", FaultFigures)
     app.add_role("hops", hops_role)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

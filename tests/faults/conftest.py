@@ -20,6 +20,7 @@ import pytest
 from helpers import IN_CI, broker_reachable
 
 from .faultkit import NodeControl, Restartable, free_port
+from .figures_record import DATA, record
 
 #: Where the figures of every fault test are written (``build/`` is git-ignored).
 FIGURES_DIR = Path(__file__).resolve().parents[2] / "build"
@@ -199,7 +200,8 @@ def report(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
     """A dict a fault test fills with its figures (sent, delivered, duplicated, lost, ...).
 
     The figures are printed and written to ``build/fault-figures.json`` and
-    ``build/fault-figures.txt`` at the end of the session.
+    ``build/fault-figures.txt`` at the end of the session; those of the tests that passed are
+    merged into ``docs/_data/fault-figures.json``, which the guarantees page's table shows.
     """
     figures: dict[str, Any] = {}
     yield figures
@@ -219,6 +221,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         rest = ", ".join(f"{k}={v}" for k, v in entry.items() if k != "test")
         lines.append(f"{entry['test'].split('::')[-1]}: {rest}")
     (FIGURES_DIR / "fault-figures.txt").write_text("\n".join(lines) + "\n")
+    passed = {r.nodeid for r in terminalreporter.stats.get("passed", []) if getattr(r, "when", "") == "call"}
+    lines.append(record(_figures, passed, ", ".join(sorted(set(_release))), DATA))
     terminalreporter.section("fault figures")
     for line in lines:
         terminalreporter.write_line(line)
