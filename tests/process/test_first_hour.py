@@ -31,6 +31,8 @@ ALARMING = re.compile(r"\b(?:WARNING|ERROR|CRITICAL)\b|Traceback|^Error:|\w+Warn
 NOT_THE_USERS = (
     # The test machine runs everything as root; Celery warns of it, and a user's shell is not root.
     (os.geteuid() == 0, "SecurityWarning: You're running the worker with superuser privileges"),
+    # ... and where Python prints the warning's source line under it (3.12 does), that line too.
+    (os.geteuid() == 0, "warnings.warn(SecurityWarning(ROOT_DISCOURAGED.format("),
 )
 
 
