@@ -88,7 +88,6 @@ def _publish_cost(vhost: Vhost, config: Config) -> dict[str, Any]:
                         cpu_rate, wall_rate = timed(n, publishers[label], f"index {label}")
                         rates.setdefault(label, []).append(cpu_rate)
                         walls.setdefault(label, []).append(wall_rate)
-            on.flush_index()
         finally:
             for app, producer_cm in stack:
                 producer_cm.__exit__(None, None, None)
@@ -111,7 +110,6 @@ def _scheduler(vhost: Vhost, n: int, stop: threading.Event, index: bool) -> None
         while not stop.is_set() and i < n:
             producer.publish(b"{}", routing_key="bench.idle", countdown=3 * 3600, message_id=f"w{i}")
             i += 1
-        producer.flush_index()
 
 
 def _relay_cost(vhost: Vhost, config: Config) -> dict[str, Any]:

@@ -79,7 +79,6 @@ def _schedule(vhost: Vhost, n: int) -> list[str]:
             producer.publish(payload(i, now_ms + int(countdown * 1000)), routing_key="bench.web", countdown=countdown,
                              message_id=ident)
             ids.append(ident)
-        producer.flush_index()
     return ids
 
 

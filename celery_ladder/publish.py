@@ -139,10 +139,6 @@ class LadderTaskProducer(LadderProducerMixin, Producer):
             return None
         return self.shared_index
 
-    def index_pending(self) -> Optional[IndexWriter]:
-        """The app's index writer: any publish of this producer sends a burst's last entries."""
-        return self.shared_index
-
     @property
     def queue_type(self) -> str:  # type: ignore[override]  # a setting here, an attribute in kombu_ladder
         """The app's ``ladder_queue_type``, the profile declared before the first ETA task."""

@@ -166,16 +166,6 @@ class LadderProducerMixin:
         """
         return self._index_writer
 
-    def index_pending(self) -> Optional[IndexWriter]:
-        """The index writer whose kept entries this producer's publishes send on (without making one)."""
-        return self._index_writer
-
-    def flush_index(self) -> None:
-        """Send the index entries kept for a batch now, on this producer's channel (nothing if none are kept)."""
-        writer = self.index_pending()
-        if writer is not None:
-            writer.flush(self._send_index_record, self._declare_index)
-
     def _send_index_record(self, record: bytes) -> Any:
         """Publish one index record through the entry exchange and wait for the broker's confirm, on a confirming
         channel of this producer's own (its own channel, where no :class:`kombu.Connection` is at hand)."""
@@ -218,9 +208,6 @@ class LadderProducerMixin:
                 ``eta`` is naive or further ahead than :attr:`max_delay`, or the default
                 exchange is targeted without a routing key.
         """
-        writer = self.index_pending()
-        if writer is not None:
-            writer.tick(self._send_index_record, self._declare_index)  # a burst's tail goes with the next publish
         if countdown is None and eta is None:
             return super().publish(body, routing_key, *args, **kwargs)  # type: ignore[misc]
         params, properties = _publish_arguments(self, body, routing_key, args, kwargs)

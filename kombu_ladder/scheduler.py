@@ -273,16 +273,10 @@ class Scheduler:
 
     # -- lifecycle ----------------------------------------------------------
 
-    def flush_index(self) -> None:
-        """Send the index entries kept for a batch now (nothing unless opened with ``index=True``)."""
-        with self._lock:
-            self._producer.flush_index()
-
     def close(self) -> None:
         """Stop the relay. The queues stay, and so do the messages waiting in them."""
         if self._closed:
             return
-        self.flush_index()
         self._closed = True
         if self._relay is not None:
             self._relay.stop()

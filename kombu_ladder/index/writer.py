@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from typing import Any, Callable, Optional, Sequence
 
 from kombu import Producer
@@ -13,13 +12,12 @@ from ..carry import waiting_for_confirms
 from ..controlplane import ENTRY, declare_control_plane
 from ..link import close_quietly
 from ..topology import check_writable, declare_control_plane_if_allowed
-from .records import MAX_ENTRIES, STREAM, Entry, encode_batch
+from .records import STREAM, Entry, encode_batch
 
-__all__ = ["IndexWriter", "IndexRefused", "Send", "BATCH", "LINGER", "declare_index", "open_index", "append"]
+__all__ = ["IndexWriter", "IndexRefused", "Send", "BATCH", "declare_index", "open_index", "append"]
 
 logger = logging.getLogger("kombu_ladder.index")
 
-W_LOST = "could not append %d index entr(y/ies) to %s (%s); those messages are waiting but unindexed"
 W_UNDECLARED = "could not declare the stream %s (%s); index entries are sent to it anyway"
 W_NOT_APPENDED = "could not append %d index entr(y/ies) to %s (%s); %s"
 I_NO_STREAM = "%s does not exist (the index is not in use here): %d entr(y/ies) not written"
@@ -27,11 +25,8 @@ W_REFUSED = ("unindexed: %s. The messages this producer schedules are delivered 
              "until it is restarted with the rights of kombu_ladder.permissions.indexer()")
 
 
-#: Entries a writer sends in one record, at most.
+#: Entries :func:`append` sends in one record, at most.
 BATCH = 200
-#: Seconds after the last record was sent within which a new entry waits for others (at most this long, and
-#: only while more publishes come): a producer publishing less often than this sends each entry at once.
-LINGER = 0.25
 
 #: Seconds a record waits, at most, for the first record's check (on another thread) before it is counted lost.
 OPEN_WAIT = 10.0
@@ -81,20 +76,14 @@ def open_index(connection: Any, *, at: int = 0) -> None:
 
 
 class IndexWriter:
-    """Collects entries and sends them to ``ladder.index`` in batches.
+    """Sends each entry to ``ladder.index`` in a record of its own, confirmed before its message is published.
 
-    :meth:`add` is called after each publish into a rung, with the publishing
-    producer's ``send`` (a writer may be shared by the producers of a pool, as
-    Celery's are: each call sends on the caller's channel, in the caller's
-    thread). The batch is sent when it holds ``batch`` entries, or when the last
-    record was sent over ``linger`` seconds ago: a producer that publishes now
-    and then sends each entry at once, a busy one one record per ``batch``
-    publishes. The entries of a burst's last ``linger`` go with the next publish
-    of any message (:meth:`tick`), or at :meth:`flush`. A failure to send is
-    logged and counted in :attr:`lost`, never raised: the message itself is
-    waiting, only unindexed.
+    :meth:`write` is called before each publish into a rung, with the publishing
+    producer's ``send``, which waits for the broker's confirm (a writer may be shared
+    by the producers of a pool, as Celery's are: each call sends on the caller's
+    channel, in the caller's thread).
 
-    ``declare`` (given to :meth:`add`, :meth:`tick` and :meth:`flush`) is called once,
+    ``declare`` (given to :meth:`write`) is called once,
     before the first record: a producer's declares the stream and checks that it may
     write it (:func:`open_index`). Where it raises :class:`IndexRefused` the writer logs
     that once and sends nothing more: every later entry is counted in :attr:`lost`,
@@ -102,16 +91,8 @@ class IndexWriter:
     publish would close.
     """
 
-    def __init__(self, *, batch: int = BATCH, linger: float = LINGER,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        if not 0 < batch <= MAX_ENTRIES:
-            raise ValueError(f"batch must be 1 to {MAX_ENTRIES}, not {batch!r}")
-        self.batch = batch
-        self.linger = linger
-        self._clock = clock
+    def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._pending: list[Entry] = []
-        self._sent_at = float("-inf")
         #: Whether the stream was declared (or that was tried).
         self.declared = False
         #: Entries sent, and entries lost (a record that could not be sent).
@@ -121,17 +102,6 @@ class IndexWriter:
         self._opened = threading.Event()
         #: Why this writer sends nothing (the user may not write the stream); None: it sends.
         self.refused: Optional[str] = None
-
-    def add(self, entry: Entry, send: Send, declare: Optional[Callable[[], Any]] = None) -> None:
-        """Keep ``entry``; send the batch (with ``send``) if it is full or the last was sent over ``linger`` ago."""
-        with self._lock:
-            if self.refused is not None:
-                self.lost += 1
-                return
-            self._pending.append(entry)
-            due = len(self._pending) >= self.batch or self._clock() - self._sent_at >= self.linger
-        if due:
-            self.flush(send, declare)
 
     def write(self, entry: Entry, send: Send, declare: Optional[Callable[[], Any]] = None) -> bool:
         """Send ``entry`` now, in a record of its own, with ``send`` (which waits for the broker's confirm):
@@ -168,56 +138,11 @@ class IndexWriter:
             self.sent += 1
         return True
 
-    def tick(self, send: Send, declare: Optional[Callable[[], Any]] = None) -> None:
-        """Send the entries kept if the last record was sent over ``linger`` ago (a cheap check, per publish)."""
-        if self._pending and self._clock() - self._sent_at >= self.linger:
-            self.flush(send, declare)
-
-    def flush(self, send: Send, declare: Optional[Callable[[], Any]] = None) -> None:
-        """Send the entries kept (one record) with ``send``; a failure is logged, never raised."""
-        with self._lock:
-            pending, self._pending = self._pending, []
-            if not pending:
-                return
-            if self.refused is not None:
-                self.lost += len(pending)
-                return
-            self._sent_at = self._clock()
-            first, self.declared = not self.declared, True
-        if first:
-            try:
-                if declare is not None:
-                    declare()
-            except IndexRefused as exc:
-                self._refuse(str(exc), len(pending))
-                return
-            except Exception as exc:  # noqa: BLE001 - declared by the operator, perhaps
-                logger.warning(W_UNDECLARED, STREAM, exc)
-            finally:
-                self._opened.set()
-        elif not self._opened.wait(OPEN_WAIT) or self.refused is not None:  # another thread is checking
-            with self._lock:
-                self.lost += len(pending)
-            return
-        try:
-            send(encode_batch(pending))
-        except Exception as exc:  # noqa: BLE001 - the index never fails a publish
-            self.lost += len(pending)
-            logger.warning(W_LOST, len(pending), STREAM, exc)
-            return
-        self.sent += len(pending)
-
-    def _refuse(self, reason: str, pending: int) -> None:
+    def _refuse(self, reason: str, lost: int) -> None:
         with self._lock:
             self.refused = reason
-            self.lost += pending + len(self._pending)
-            self._pending = []
+            self.lost += lost
         logger.warning(W_REFUSED, reason)
-
-    @property
-    def pending(self) -> int:
-        """Entries kept, not sent yet."""
-        return len(self._pending)
 
 
 def append(connection: Any, entries: Sequence[Entry], *, declare: bool = False, what: str = "") -> bool:

@@ -32,7 +32,6 @@ def _publish(conn: Connection, n: int, *, start: int = 0) -> list[str]:
         task = {"task": "billing.send_invoice" if i % 2 else "mail.remind", "id": f"t-{i}"}
         producer.publish(b"{}", exchange="", routing_key="index.target", countdown=3600 + i, message_id=f"m-{i}",
                          correlation_id=f"t-{i}", headers=task, content_type="application/json")
-    producer.flush_index()
     return ids
 
 

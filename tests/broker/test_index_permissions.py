@@ -48,7 +48,6 @@ def _schedule(url: str, countdown: float) -> LadderProducer:
         for i in range(N):
             sender.publish(b"{}", exchange=BILLING, routing_key="invoice.due", countdown=countdown + i / 100,
                            message_id=f"m-{i}", content_type="application/json")
-        sender.flush_index()
         conn.default_channel.basic_qos(0, 0, False)  # a round trip on the connection, needing no permission
     return sender
 

@@ -329,7 +329,6 @@ def _publish_indexed(url: str) -> None:
             producer.publish(b"[[], {}, {}]", exchange="", routing_key="invoices", countdown=1800 + 3600 * n,
                              correlation_id=task_id, content_type="application/json",
                              headers={"task": "billing.send_invoice", "id": task_id})
-        producer.flush_index()
 
 
 def _check_find_shows_the_task_waiting(printed: str, shell: Shell) -> None:

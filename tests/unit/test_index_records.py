@@ -154,36 +154,25 @@ def test_at_100k_entries_find_list_and_a_grouped_count_answer_within_bounds(tmp_
     assert sum(n for _, n in store.count(Filter(), NOW, by="task")) == 99_000
 
 
-def test_a_writer_sends_a_lone_entry_at_once_and_a_burst_in_batches() -> None:
+def test_a_writer_sends_each_entry_in_a_record_of_its_own_declared_once_first() -> None:
     sent: list[bytes] = []
     declared: list[bool] = []
-    now = [0.0]
-    writer = IndexWriter(batch=3, linger=1.0, clock=lambda: now[0])
-    writer.add(_entry(0), sent.append, lambda: declared.append(True))
-    assert len(sent) == 1 and declared == [True]  # nothing sent within the linger: at once, declared first
-    for i in range(1, 5):
-        writer.add(_entry(i), sent.append, lambda: declared.append(True))
-    assert [len(decode(b).entries) for b in sent] == [1, 3] and writer.pending == 1 and declared == [True]
-    writer.tick(sent.append)  # within the linger: kept
-    assert writer.pending == 1
-    now[0] = 5.0
-    writer.tick(sent.append)  # a quiet while later, any publish sends what was kept
-    assert [len(decode(b).entries) for b in sent] == [1, 3, 1] and (writer.sent, writer.lost) == (5, 0)
+    writer = IndexWriter()
+    for i in range(3):
+        assert writer.write(_entry(i), sent.append, lambda: declared.append(True)) is True
+    assert [len(decode(b).entries) for b in sent] == [1, 1, 1] and declared == [True]
+    assert (writer.sent, writer.lost) == (3, 0)
 
 
-def test_a_writer_that_cannot_send_counts_the_lost_entries_and_raises_nothing() -> None:
-    writer = IndexWriter(batch=2, linger=60.0, clock=lambda: 0.0)
+def test_a_writer_that_cannot_send_raises_so_that_the_message_is_not_published() -> None:
+    writer = IndexWriter()
 
     def refuse(record: bytes) -> None:
         raise OSError("gone")
 
-    def undeclarable() -> None:
-        raise PermissionError("403")
-
-    writer.add(_entry(0), refuse, undeclarable)
-    writer.add(_entry(1), refuse)
-    writer.add(_entry(2), refuse)
-    assert (writer.sent, writer.lost, writer.pending) == (0, 3, 0)
+    with pytest.raises(OSError, match="gone"):
+        writer.write(_entry(0), refuse)
+    assert (writer.sent, writer.refused) == (0, None)
 
 
 def test_a_writer_refused_the_stream_logs_once_sends_nothing_more_and_raises_nothing(
@@ -197,13 +186,11 @@ def test_a_writer_refused_the_stream_logs_once_sends_nothing_more_and_raises_not
         checks.append(True)
         raise IndexRefused("this user may not append to the stream ladder.index")
 
-    writer = IndexWriter(batch=2, linger=0.0, clock=lambda: 0.0)
+    writer = IndexWriter()
     with caplog.at_level("WARNING", logger="kombu_ladder.index"):
-        for i in range(5):
-            writer.add(_entry(i), sent.append, refused)
-            writer.tick(sent.append, refused)
-        writer.flush(sent.append, refused)
-    assert sent == [] and checks == [True] and (writer.sent, writer.lost, writer.pending) == (0, 5, 0)
+        written = [writer.write(_entry(i), sent.append, refused) for i in range(5)]
+    assert written == [False] * 5
+    assert sent == [] and checks == [True] and (writer.sent, writer.lost) == (0, 5)
     assert writer.refused is not None and "may not append" in writer.refused
     assert [r.getMessage()[:10] for r in caplog.records if r.name == "kombu_ladder.index"] == ["unindexed:"]
 

@@ -57,7 +57,6 @@ class World:
             producer.publish(MARKUP[i].encode(), exchange=MARKUP[i][:200], routing_key=MARKUP[-1], countdown=5000,
                              message_id=ident, content_type="text/plain", content_encoding="utf-8",
                              headers={"x-evil": MARKUP[i], MARKUP[i][:100]: "name"})
-        producer.flush_index()
         for i, reason in enumerate(MARKUP[:4]):
             channel.basic_publish(channel.prepare_message(MARKUP[i].encode(), headers={
                 PARKED_REASON: reason, PARKED_ID: f"p-{i}-{reason[:20]}", "task": MARKUP[i]}),
