@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Optional
 
-from ..contract import RUNGS
 from ..controlplane import CANCEL, CANCELLATIONS, MARKER
 from ..controlplane import STREAM_ARGUMENTS as _STREAM_ARGUMENTS
 from ..deaths import entered_rung_ms
 from ..jsonrecords import load_object, millis
+from .liveset import LIFE, LONGEST_RUNG, MARGIN, SLACK, LiveSet
 
 __all__ = [
     "STREAM", "STREAM_ARGUMENTS", "STREAM_EXCHANGE", "STREAM_EXCHANGE_TYPE", "MARGIN", "SLACK", "LONGEST_RUNG",
@@ -33,21 +33,6 @@ STREAM_ARGUMENTS = dict(_STREAM_ARGUMENTS)
 STREAM_EXCHANGE = CANCEL.exchange
 #: Its type (direct: the stream's name is the routing key).
 STREAM_EXCHANGE_TYPE = CANCEL.type
-#: How long (ms) a message may wait in ``acemq.schedule.due`` before a relay takes it (every relay
-#: down, a backlog) and still be dropped when its cancellation is: past its due time, or past the
-#: moment it left its rung.
-MARGIN = 24 * 3600 * 1000
-#: The longest (ms) a waiting message goes without reaching a relay: the longest rung's TTL. A message
-#: waiting when a cancellation is written leaves its rung within this.
-LONGEST_RUNG = max(RUNGS) * 1000
-#: How far (ms) the clocks of a canceller and of the broker may disagree, and how late a relay may
-#: read a record it races with: a message that entered its rung up to this long *after* a
-#: cancellation was written still counts as waiting when it was.
-SLACK = 30 * 1000
-#: How long (ms) after it was written a record can still drop a message: the message was waiting then,
-#: so it left its rung within :data:`LONGEST_RUNG` (plus :data:`SLACK`), and a relay took it within
-#: :data:`MARGIN` of that. An older record can match nothing, and a relay need not read it.
-LIFE = LONGEST_RUNG + SLACK + MARGIN
 #: The longest an AMQP ``message_id`` may be (a shortstr), in UTF-8 bytes.
 MAX_ID_BYTES = 255
 #: A record bigger than this is not one of ours: it is skipped unread.
@@ -148,83 +133,6 @@ def decode(body: Any) -> Record:
         raise RecordError(f"field 'key' must be one of {', '.join(KEYS)}, not {key!r:.40}")
     return Record(kind, message_id, _millis(record.get("at"), "at"), None if due is None else _millis(due, "due"),
                   key)
-
-
-class LiveSet:
-    """The ids of the live cancellations: each with when it was written and until when it lives (epoch ms).
-
-    A record lives until it was written plus :data:`LIFE`, or its message's due
-    time plus :data:`MARGIN` when the canceller knew it and that is sooner. It
-    cancels only a message that was waiting when it was written: one that
-    entered its current rung no later than the record was written plus
-    :data:`SLACK` (see :meth:`cancelled`); a message with the same id
-    scheduled later is not its business. :meth:`prune` forgets the expired
-    ones; it scans the whole set, so callers run it now and then (see
-    ``prune_every_ms``), not per message.
-    """
-
-    def __init__(self, *, margin_ms: int = MARGIN, slack_ms: int = SLACK, life_ms: int = LIFE,
-                 prune_every_ms: int = 60_000) -> None:
-        if margin_ms < 0 or slack_ms < 0 or life_ms < 0:
-            raise ValueError("margin_ms, slack_ms and life_ms must not be negative")
-        self.margin_ms = margin_ms
-        self.slack_ms = slack_ms
-        self.life_ms = life_ms
-        self.prune_every_ms = prune_every_ms
-        #: id -> (the latest time a record for it was written, the latest expiry of those records).
-        self._records: dict[str, tuple[int, int]] = {}
-        self._next_prune = 0
-
-    def expiry(self, record: Record) -> int:
-        """When (epoch ms) ``record``'s cancellation stops mattering."""
-        until = record.at + self.life_ms
-        if record.due is not None:
-            until = min(until, record.due + self.margin_ms)
-        return until
-
-    def add(self, record: Record, now: int) -> bool:
-        """Keep ``record``'s cancellation; False (not kept) if it has expired already.
-
-        Several live records for one id are kept as one: the latest written and
-        the latest expiry (which errs toward cancelling, never toward delivering).
-        """
-        until = self.expiry(record)
-        if until <= now:
-            return False
-        at, old_until = self._records.get(record.id, (record.at, until))
-        self._records[record.id] = (max(at, record.at), max(old_until, until))
-        return True
-
-    def cancelled(self, message_id: Any, now: int, *, entered: Optional[int] = None) -> bool:
-        """Whether a message with this id is cancelled at ``now`` (epoch ms).
-
-        ``entered`` is when the message entered the rung it just left (epoch ms),
-        when known: a message that entered it later than the record was written
-        (plus :data:`SLACK`) was scheduled after the cancellation, and is not
-        cancelled by it. Unknown (None), the id alone decides.
-        """
-        if not isinstance(message_id, str):
-            return False
-        found = self._records.get(message_id)
-        if found is None or found[1] <= now:
-            return False
-        return entered is None or entered <= found[0] + self.slack_ms
-
-    def prune(self, now: int, *, force: bool = False) -> int:
-        """Forget the expired cancellations (at most once per ``prune_every_ms`` unless forced); return how many."""
-        if not force and now < self._next_prune:
-            return 0
-        self._next_prune = now + self.prune_every_ms
-        expired = [key for key, (_, until) in self._records.items() if until <= now]
-        for key in expired:
-            del self._records[key]
-        return len(expired)
-
-    def __len__(self) -> int:
-        return len(self._records)
-
-    def __contains__(self, message_id: object) -> bool:
-        return message_id in self._records
 
 
 #: How far back (ms) a relay starts reading the stream: a record older than
