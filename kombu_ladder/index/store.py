@@ -5,18 +5,32 @@ from __future__ import annotations
 import os
 import sqlite3
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Iterator, Optional, Sequence
 
 from ..cancellation.records import LIFE, SLACK
-from .query import WAITING, Filter, group_sql, where
+from .query import (
+    HOUR,
+    MINUTE,
+    TALLIES,
+    WAITING,
+    Filter,
+    due_range,
+    group_sql,
+    parts,
+    tally_group_sql,
+    tally_where,
+    where,
+)
 from .records import STREAM as INDEX
 from .records import Entry
 
 __all__ = ["IndexStore", "Row", "ids_of", "SCHEMA_VERSION", "KEEP_PAST_MS"]
 
-#: The file layout's version: a file of another version is rebuilt from the streams.
-SCHEMA_VERSION = 3
+#: The file layout's version: a file of version 3 gains the tally (see :data:`_TALLY`); one of another version is
+#: rebuilt from the streams.
+SCHEMA_VERSION = 4
+
 #: How long (ms) an entry is kept after its due time, so ``find`` can still say "due at ..., delivered".
 KEEP_PAST_MS = 24 * 3600 * 1000
 
@@ -36,6 +50,38 @@ CREATE INDEX IF NOT EXISTS moves_task_id ON moves (task_id, was) WHERE task_id I
 CREATE TABLE IF NOT EXISTS cancels (id TEXT PRIMARY KEY, at INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS streams (name TEXT PRIMARY KEY, next_offset INTEGER NOT NULL, skipped INTEGER NOT NULL);
 """
+#: A tally of buckets ``{width}`` ms wide: how many entries fall due in each, per task name, target and cancelled
+#: or not, kept by triggers as entries are added, cancelled and removed.
+_TALLY = """
+CREATE TABLE IF NOT EXISTS {table} (
+    bucket INTEGER NOT NULL, named INTEGER NOT NULL, task TEXT NOT NULL, exchange TEXT NOT NULL,
+    routing_key TEXT NOT NULL, cancelled INTEGER NOT NULL, n INTEGER NOT NULL,
+    PRIMARY KEY (bucket, named, task, exchange, routing_key, cancelled)) WITHOUT ROWID;
+CREATE TRIGGER IF NOT EXISTS {table}_insert AFTER INSERT ON entries BEGIN
+    INSERT INTO {table} VALUES ({new}, 1) ON CONFLICT DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER IF NOT EXISTS {table}_delete AFTER DELETE ON entries BEGIN
+    UPDATE {table} SET n = n - 1 WHERE {old};
+END;
+CREATE TRIGGER IF NOT EXISTS {table}_cancel AFTER UPDATE OF cancelled ON entries
+WHEN old.cancelled IS NOT new.cancelled BEGIN
+    UPDATE {table} SET n = n - 1 WHERE {old};
+    INSERT INTO {table} VALUES ({new}, 1) ON CONFLICT DO UPDATE SET n = n + 1;
+END;
+"""
+#: The tally's key of an entry (``{row}`` is ``new`` or ``old``), and the condition that finds its row.
+_KEY = ("{row}.due / {width}, {row}.task IS NOT NULL, coalesce({row}.task, ''), {row}.exchange, {row}.routing_key, "
+        "{row}.cancelled")
+_OLD = ("bucket = old.due / {width} AND named = (old.task IS NOT NULL) AND task = coalesce(old.task, '') "
+        "AND exchange = old.exchange AND routing_key = old.routing_key AND cancelled = old.cancelled")
+#: The tallies (per minute and per hour): a count or histogram over 10,000,000 entries reads a few thousand of
+#: their rows instead of every entry (see :doc:`/benchmarks`). They stay small while the combinations of task
+#: name and target are few: one row per bucket and combination.
+_SCHEMA += "".join(_TALLY.format(table=table, new=_KEY.format(row="new", width=width), old=_OLD.format(width=width))
+                   for table, width in TALLIES.items())
+#: The tallies of a version 3 file, built from its entries.
+_FILL_TALLIES = [f"INSERT INTO {table} SELECT {_KEY.format(row='e', width=width)}, count(*) FROM entries e "
+                 "GROUP BY 1, 2, 3, 4, 5, 6" for table, width in TALLIES.items()]
 
 #: How long after a cancellation was written (ms) it still applies to an entry: one published before it (plus the
 #: slack); a rescheduled copy's (``was`` set) while the record is live, since a relay matches a copy put into the
@@ -74,6 +120,16 @@ _SUPERSEDE_BY_NEW_MOVES = _supersede("m")
 _COLUMNS = "e.message_id, e.task_id, e.task, e.exchange, e.routing_key, e.due, e.at, e.size, e.was"
 
 
+def _statements(script: str) -> Iterator[str]:
+    """The statements of ``script`` one by one (``executescript`` would commit the transaction under way)."""
+    statement = ""
+    for line in script.splitlines(keepends=True):
+        statement += line
+        if sqlite3.complete_statement(statement):
+            yield statement.strip()
+            statement = ""
+
+
 @dataclass(frozen=True)
 class Row:
     """An entry of the index and what became of it, as far as the index knows."""
@@ -104,11 +160,16 @@ class IndexStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
-        if version not in (0, SCHEMA_VERSION):
-            for table in ("entries", "moves", "cancels", "streams"):
+        if version not in (0, 3, SCHEMA_VERSION):
+            for table in ("entries", "moves", "cancels", "streams", *TALLIES):
                 self._db.execute(f"DROP TABLE IF EXISTS {table}")
-        self._db.executescript(_SCHEMA)
-        self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        with self.transaction():  # a version 3 file keeps what it read, and gains its tally
+            for statement in _statements(_SCHEMA):
+                self._db.execute(statement)
+            if version == 3:
+                for statement in _FILL_TALLIES:
+                    self._db.execute(statement)
+            self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         #: Whether any cancellation is known (new entries are checked against them only then).
         self._cancels = self._db.execute("SELECT 1 FROM cancels LIMIT 1").fetchone() is not None
         #: Whether any rescheduled copy is known (new entries are checked against them only then).
@@ -216,6 +277,8 @@ class IndexStore:
         """Forget where ``stream`` was read to (and every entry, for ``ladder.index``): it is read again."""
         if stream == INDEX:
             self._db.execute("DELETE FROM entries")
+            for table in TALLIES:
+                self._db.execute(f"DELETE FROM {table}")
             self._db.execute("DELETE FROM moves")
             self._moves = False
         self._db.execute("DELETE FROM streams WHERE name = ?", (stream,))
@@ -228,7 +291,11 @@ class IndexStore:
     def prune(self, now_ms: int, *, keep_ms: int = KEEP_PAST_MS) -> int:
         """Forget entries due more than ``keep_ms`` ago (and reschedules of entries due then); return how many."""
         self._db.execute("DELETE FROM moves WHERE was < ?", (now_ms - keep_ms,))
-        return self._db.execute("DELETE FROM entries WHERE due < ?", (now_ms - keep_ms,)).rowcount
+        pruned = self._db.execute("DELETE FROM entries WHERE due < ?", (now_ms - keep_ms,)).rowcount
+        if pruned:
+            for table in TALLIES:
+                self._db.execute(f"DELETE FROM {table} WHERE n = 0")
+        return int(pruned)
 
     # -- reading (the operator) ----------------------------------------------------
 
@@ -258,30 +325,66 @@ class IndexStore:
     def count(self, found: Filter, now_ms: int, *, by: Optional[str] = None) -> list[tuple[tuple[object, ...], int]]:
         """How many entries ``found`` covers: one total, or one per group of ``by`` (largest first).
 
+        Whole minutes are read from the tally, the two ends of the due range from the entries: a count costs the
+        tally's rows in the range plus the entries of at most two minutes, however many entries there are.
+
         Raises:
             ValueError: ``by`` is not one of :data:`~kombu_ladder.index.query.BY`.
         """
-        condition, params = where(found, now_ms)
+        totals: dict[tuple[object, ...], int] = {}
+        for source, first, end in parts(due_range(found, now_ms)):
+            if source == "entries":
+                condition, params = where(replace(found, due_after=first, due_before=end), now_ms)
+                keys = group_sql(by) if by is not None else ()
+                self._add_counts(totals, keys, f"count(*) FROM entries e WHERE {condition}", params)
+            else:
+                condition, params = tally_where(found, first, end)
+                keys = tally_group_sql(by, TALLIES[source]) if by is not None else ()
+                self._add_counts(totals, keys, f"sum(t.n) FROM {source} t WHERE {condition}", params)
         if by is None:
-            total = self._db.execute(f"SELECT count(*) FROM entries e WHERE {condition}", params).fetchone()[0]
-            return [((), total)]
-        keys = group_sql(by)
+            return [((), totals.get((), 0))]
+        found_groups = [(key, n) for key, n in totals.items() if n]
+        if by == "due-hour":
+            return sorted(found_groups)
+        return sorted(found_groups, key=lambda item: (-item[1], [(value is not None, value) for value in item[0]]))
+
+    def _add_counts(self, totals: dict[tuple[object, ...], int], keys: tuple[str, ...], select: str,
+                    params: dict[str, object]) -> None:
+        """Add the counts ``SELECT keys, select`` gives per group of ``keys`` to ``totals``."""
         grouped = ", ".join(keys)
-        order = "1" if by == "due-hour" else f"{len(keys) + 1} DESC, 1"
-        sql = f"SELECT {grouped}, count(*) FROM entries e WHERE {condition} GROUP BY {grouped} ORDER BY {order}"
-        return [(tuple(values[:-1]), values[-1]) for values in self._db.execute(sql, params)]
+        sql = f"SELECT {grouped}, {select} GROUP BY {grouped}" if keys else f"SELECT {select}"
+        for *key, n in self._db.execute(sql, params):
+            totals[tuple(key)] = totals.get(tuple(key), 0) + int(n or 0)
 
     def histogram(self, start_ms: int, width_ms: int, buckets: int, now_ms: int) -> list[int]:
         """How many waiting entries fall due in each of ``buckets`` windows of ``width_ms`` from ``start_ms``
-        (the next hour by minute: ``histogram(now, 60_000, 60, now)``)."""
+        (the next hour by minute: ``histogram(now, 60_000, 60, now)``).
+
+        Windows of whole minutes from a whole minute are read from the tally (and the entries of the minute under
+        way); others from the entries.
+        """
         if width_ms <= 0 or buckets <= 0:
             raise ValueError(f"width_ms and buckets must be positive, not {width_ms!r} and {buckets!r}")
         counts = [0] * buckets
-        sql = (f"SELECT (e.due - :start) / :width, count(*) FROM entries e WHERE {WAITING} AND e.due >= :start "
-               "AND e.due < :end GROUP BY 1")
-        params = {"start": start_ms, "width": width_ms, "end": start_ms + width_ms * buckets, "now": now_ms}
-        for bucket, n in self._db.execute(sql, params):
-            counts[int(bucket)] = int(n)
+        end = start_ms + width_ms * buckets
+        if start_ms % MINUTE or width_ms % MINUTE:
+            sql = (f"SELECT (e.due - :start) / :width, count(*) FROM entries e WHERE {WAITING} AND e.due >= :start "
+                   "AND e.due < :end GROUP BY 1")
+            params = {"start": start_ms, "width": width_ms, "end": end, "now": now_ms}
+            for bucket, n in self._db.execute(sql, params):
+                counts[int(bucket)] += int(n)
+            return counts
+        span = due_range(Filter(due_after=start_ms, due_before=end), now_ms)
+        for source, first, last in parts(span, hours=not (start_ms % HOUR or width_ms % HOUR)):
+            if source == "entries":
+                sql = (f"SELECT (e.due - :start) / :width, count(*) FROM entries e WHERE {WAITING} "
+                       "AND e.due >= :first AND e.due < :last GROUP BY 1")
+            else:
+                sql = (f"SELECT (t.bucket * {TALLIES[source]} - :start) / :width, sum(t.n) FROM {source} t "
+                       "WHERE t.cancelled = 0 AND t.bucket >= :first AND t.bucket < :last GROUP BY 1")
+            bounds = {"start": start_ms, "width": width_ms, "first": first, "last": last, "now": now_ms}
+            for bucket, n in self._db.execute(sql, bounds):
+                counts[int(bucket)] += int(n or 0)
         return counts
 
     def __len__(self) -> int:

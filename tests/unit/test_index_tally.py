@@ -1,0 +1,144 @@
+"""The index's counts and histograms, read from its per-minute tally, equal counting every entry; a version 3 file
+gains the tally it lacks."""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+from pathlib import Path
+from typing import Optional
+
+import pytest
+
+from kombu_ladder.index import Filter, IndexStore
+from kombu_ladder.index.query import MINUTE, TALLIES, WAITING, group_sql, parts, split, where
+from kombu_ladder.index.records import Entry
+
+pytestmark = pytest.mark.unit
+
+NOW = 1_800_000_000_000 + 12_345  # not on a whole minute
+TASKS = (None, "billing.a", "billing.b", "")
+TARGETS = (("", "q.1"), ("", "q.2"), ("billing", "q.1"))
+
+
+def counted(store: IndexStore, found: Filter, now: int, by: Optional[str] = None) -> list[tuple[tuple, int]]:
+    """Every entry counted, as the store did before it had a tally."""
+    condition, params = where(found, now)
+    if by is None:
+        return [((), store._db.execute(f"SELECT count(*) FROM entries e WHERE {condition}", params).fetchone()[0])]
+    keys = ", ".join(group_sql(by))
+    rows = [(tuple(r[:-1]), r[-1]) for r in store._db.execute(
+        f"SELECT {keys}, count(*) FROM entries e WHERE {condition} GROUP BY {keys}", params)]
+    if by == "due-hour":
+        return sorted(rows)
+    return sorted(rows, key=lambda item: (-item[1], [(v is not None, v) for v in item[0]]))
+
+
+def histogrammed(store: IndexStore, start: int, width: int, buckets: int, now: int) -> list[int]:
+    counts = [0] * buckets
+    for bucket, n in store._db.execute(
+            f"SELECT (e.due - :start) / :width, count(*) FROM entries e WHERE {WAITING} AND e.due >= :start "
+            "AND e.due < :end GROUP BY 1",
+            {"start": start, "width": width, "end": start + width * buckets, "now": now}):
+        counts[bucket] = n
+    return counts
+
+
+def entries(rng: random.Random, n: int, prefix: str) -> list[Entry]:
+    out = []
+    for i in range(n):
+        task = rng.choice(TASKS)
+        exchange, routing_key = rng.choice(TARGETS)
+        due = NOW + rng.randrange(-2 * 3600_000, 9 * 3600_000)
+        if rng.random() < 0.1:
+            due = due // MINUTE * MINUTE  # on a minute's edge
+        out.append(Entry(f"{prefix}{i}", f"t-{prefix}{i}" if task is not None else None, task, exchange, routing_key,
+                         due, NOW - rng.randrange(3600_000), 100))
+    return out
+
+
+def filters(rng: random.Random) -> list[Filter]:
+    edges = [None, NOW - 600_000, NOW + 1, NOW + 60_000 - 12_345, NOW + 90_000, NOW + 3 * 3600_000 + 7,
+             (NOW // 3600_000 + 5) * 3600_000, (NOW // 3600_000 + 7) * 3600_000 + 120_000]
+    found = []
+    for _ in range(40):
+        low, high = rng.choice(edges), rng.choice(edges)
+        target = rng.choice((None, *TARGETS))
+        found.append(Filter(due_after=low, due_before=high, task=rng.choice((None, *TASKS[1:])),
+                            exchange=None if target is None else target[0],
+                            routing_key=None if target is None or rng.random() < 0.5 else target[1],
+                            everything=rng.random() < 0.3))
+    return found
+
+
+def check(store: IndexStore, rng: random.Random) -> None:
+    for now in (NOW, NOW + 45_000, NOW + 3600_000):
+        for found in filters(rng):
+            for by in (None, "task", "target", "due-hour"):
+                assert store.count(found, now, by=by) == counted(store, found, now, by), (found, now, by)
+        for start, width, buckets in ((now // MINUTE * MINUTE, MINUTE, 60), (now // 3600_000 * 3600_000, 3600_000, 24),
+                                      (now, 1000, 90), (now - 5 * MINUTE, 7 * MINUTE, 30)):
+            assert store.histogram(start, width, buckets, now) == histogrammed(store, start, width, buckets, now)
+
+
+def test_counts_and_histograms_equal_counting_every_entry_through_adds_cancels_moves_and_prunes() -> None:
+    rng = random.Random(3)
+    store = IndexStore(":memory:")
+    batch = entries(rng, 1500, "m")
+    store.add(batch)
+    check(store, rng)
+    for entry in rng.sample(batch, 100):  # cancelled by message id and by task id
+        store.cancel(entry.task_id or entry.message_id, NOW)
+    moved = [e._replace(due=e.due + 600_000, at=NOW, was=e.due) for e in rng.sample(batch, 100)]
+    store.add(moved)  # a reschedule's copies supersede the entries they replace
+    check(store, rng)
+    with store.loading():  # a bulk load, its secondary indexes dropped: the tally is kept all the same
+        store.add(entries(rng, 500, "b"))
+    assert store.prune(NOW + 23 * 3600_000, keep_ms=0) > 0
+    check(store, rng)
+    store.forget("ladder.index")
+    assert store.count(Filter(everything=True), NOW) == [((), 0)]
+    assert all(store._db.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0 for table in TALLIES)
+
+
+@pytest.mark.parametrize("given,expected", [
+    ((None, None), ([], (None, None))),
+    ((60_000, 180_000), ([], (1, 3))),
+    ((60_001, 180_000), ([(60_001, 120_000)], (2, 3))),
+    ((60_000, 179_999), ([(120_000, 179_999)], (1, 2))),
+    ((60_001, 119_999), ([(60_001, 119_999)], (2, 2))),  # within one minute: the entries alone
+    ((60_001, 120_005), ([(60_001, 120_005)], (2, 2))),  # across one edge, no whole minute
+    ((5, None), ([(5, 60_000)], (1, None))),
+    ((None, 5), ([(0, 5)], (None, 0))),
+    ((100, 100), ([], (0, 0))),
+])
+def test_a_due_range_splits_into_whole_minutes_and_its_two_ends(given: tuple, expected: tuple) -> None:
+    assert split(given) == expected
+
+
+def test_a_long_range_reads_whole_hours_whole_minutes_and_the_entries_at_its_ends() -> None:
+    hour = 3600_000
+    assert parts((10 * hour + 61_001, 13 * hour + 120_005)) == [
+        ("entries", 10 * hour + 61_001, 10 * hour + 120_000), ("entries", 13 * hour + 120_000, 13 * hour + 120_005),
+        ("tally_minute", 602, 660), ("tally_minute", 780, 782), ("tally_hour", 11, 13)]
+    assert parts((None, None)) == [("tally_hour", None, None)]
+    assert parts((5, hour + 5), hours=False) == [("entries", 5, 60_000), ("entries", hour, hour + 5),
+                                                 ("tally_minute", 1, 60)]
+
+
+def test_a_version_3_file_keeps_its_entries_and_gains_its_tally(tmp_path: Path) -> None:
+    path = str(tmp_path / "index.sqlite")
+    store = IndexStore(path)
+    store.add(entries(random.Random(4), 300, "v"))
+    store.set_position("ladder.index", 42, 0)
+    expected = store.count(Filter(), NOW, by="task")
+    store.close()
+    db = sqlite3.connect(path)  # as version 3 left it: no tally, no triggers
+    db.executescript("".join(f"DROP TRIGGER {table}_insert; DROP TRIGGER {table}_delete; DROP TRIGGER {table}_cancel; "
+                             f"DROP TABLE {table}; " for table in TALLIES) + "PRAGMA user_version=3;")
+    db.close()
+    store = IndexStore(path)
+    assert store.position("ladder.index") == (42, 0) and len(store) == 300  # nothing to read again
+    assert store.count(Filter(), NOW, by="task") == expected == counted(store, Filter(), NOW, "task")
+    assert store._db.execute("PRAGMA user_version").fetchone()[0] == 4
+    store.close()
