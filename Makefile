@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help install dist test test-passes test-unit test-faults test-cluster test-broker test-matrix test-sim43 test-celery-upstream first-hour rabbitmq4 rabbitmq4-stop test-rabbitmq4 test-rabbitmq4-tiers test-rabbitmq4-nodes test-sim40 rabbitmq43 rabbitmq43-stop test-rabbitmq43 test-rabbitmq43-tiers test-rabbitmq43-nodes demo lint docs diagrams bench bench-quick clean
+.PHONY: help install dist test test-passes test-unit test-faults test-cluster test-broker test-matrix test-sim43 test-celery-upstream first-hour rabbitmq4 rabbitmq4-stop test-rabbitmq4 test-rabbitmq4-tiers test-rabbitmq4-nodes test-sim40 rabbitmq43 rabbitmq43-stop test-rabbitmq43 test-rabbitmq43-tiers test-rabbitmq43-nodes demo lint docs diagrams bench bench-quick bench-index clean
 
 help:
 	@echo "make demo   - schedule mixed delays and watch them arrive (RabbitMQ, or the simulator)"
@@ -26,6 +26,7 @@ help:
 	@echo "make lint   - ruff and mypy"
 	@echo "make docs   - build the Sphinx docs with -W"
 	@echo "make bench  - benchmarks vs every alternative (bench-quick: a few minutes)"
+	@echo "make bench-index - the index's store at 10 M entries, memory per live cancellation"
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -179,6 +180,11 @@ bench: $(STAMP)
 
 bench-quick: $(STAMP)
 	$(PY) -m bench --quick
+
+# The index's store at ten million entries and the live set's memory (no broker, ~30 min on two loaded cores):
+# writes docs/_data/bench-index-store.json and its section of docs/benchmarks.md.
+bench-index: $(STAMP)
+	$(PY) -m bench.index_store
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info docs/_build .pytest_cache .matrix

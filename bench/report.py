@@ -414,7 +414,9 @@ def render(results: dict[str, Any], meta: dict[str, Any], plot: Optional[str],
         else:
             lines += table(data) + [""]
     from .closing import closing
+    from .index_store import page_section
 
+    lines += page_section()
     lines += ["## Reading", "", *reading(results), "", "## Closing note", "", *closing(results), ""]
     if other:
         lines += _other_run(other)
