@@ -181,7 +181,7 @@ bench: $(STAMP)
 bench-quick: $(STAMP)
 	$(PY) -m bench --quick
 
-# The index's store at ten million entries and the live set's memory (no broker, ~30 min on two loaded cores):
+# The index's store at ten million entries and the live set's memory (no broker; about an hour on two loaded cores):
 # writes docs/_data/bench-index-store.json and its section of docs/benchmarks.md.
 bench-index: $(STAMP)
 	$(PY) -m bench.index_store
