@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Optional
@@ -219,6 +219,24 @@ class LiveSet:
         for key in expired:
             del self._records[key]
         return len(expired)
+
+    def entries(self) -> list[tuple[str, int, int]]:
+        """Every live cancellation as ``(id, written, until)`` (epoch ms): what a snapshot holds."""
+        return [(key, at, until) for key, (at, until) in self._records.items()]
+
+    def restore(self, entries: Iterable[tuple[str, int, int]], now: int) -> int:
+        """Keep the cancellations of a snapshot (see :meth:`entries`) that live past ``now``; return how many.
+
+        An id already kept keeps the latest written and the latest expiry of the two, as :meth:`add` does.
+        """
+        kept = 0
+        for key, at, until in entries:
+            if until <= now:
+                continue
+            old_at, old_until = self._records.get(key, (at, until))
+            self._records[key] = (max(at, old_at), max(until, old_until))
+            kept += 1
+        return kept
 
     def __len__(self) -> int:
         return len(self._records)

@@ -8,6 +8,7 @@ from typing import Any, Optional
 from amqp import spec
 from amqp.exceptions import PreconditionFailed
 
+from .. import wire
 from .entities import ConsumerRef, SimQueue, Stored
 
 __all__ = ["is_stream", "check_declare", "start_offset", "append", "dispatch"]
@@ -52,11 +53,27 @@ def append(core: Any, queue: SimQueue, message: Stored) -> bool:
     """Append ``message`` to the stream's log (it never expires) and hand it to the consumers."""
     message.expires_at = None
     message.appended_at = core.clock.ms
+    _number(message, len(queue.log))
     queue.log.append(message)
     if core.record:
         core._arrivals[queue.name].append((core.clock.ms, message))
     dispatch(core, queue)
     return True
+
+
+def _number(message: Stored, offset: int) -> None:
+    """Give ``message`` the header RabbitMQ delivers every stream record with: ``x-stream-offset``, its offset
+    (a signed 64-bit integer). Properties that cannot be read are left as they are (RabbitMQ would refuse them)."""
+    try:
+        props = wire.read_properties(message.raw)
+    except wire.WireError:
+        return
+    props.headers = [item for item in props.headers or [] if item[0] != b"x-stream-offset"]
+    props.headers.append((b"x-stream-offset", wire.encode(offset)))
+    message.raw = wire.write_properties(props)
+    headers = dict(message.properties.get("application_headers") or {})
+    headers["x-stream-offset"] = offset
+    message.properties = {**message.properties, "application_headers": headers}
 
 
 def dispatch(core: Any, queue: SimQueue) -> None:
