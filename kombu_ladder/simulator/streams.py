@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any, Optional
 
@@ -86,5 +87,6 @@ def _feed(core: Any, queue: SimQueue, ref: ConsumerRef) -> None:
     log = queue.log
     while ref.offset is not None and ref.offset < len(log) and ref.has_capacity() and core.is_live(queue):
         message = log[ref.offset]
+        headers = {**message.headers, "x-stream-offset": ref.offset}  # as RabbitMQ tells a consumer each offset
         ref.offset += 1
-        core._deliver(queue, ref, message)
+        core._deliver(queue, ref, replace(message, properties={**message.properties, "application_headers": headers}))
