@@ -6,11 +6,12 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from ..contract import RUNGS
 from ..controlplane import CANCEL, CANCELLATIONS, MARKER
 from ..controlplane import STREAM_ARGUMENTS as _STREAM_ARGUMENTS
+from ..controlplane.codec import Cancellation
 from ..deaths import entered_rung_ms
 from ..jsonrecords import load_object, millis
 
@@ -175,14 +176,14 @@ class LiveSet:
         self._records: dict[str, tuple[int, int]] = {}
         self._next_prune = 0
 
-    def expiry(self, record: Record) -> int:
+    def expiry(self, record: Union[Record, Cancellation]) -> int:
         """When (epoch ms) ``record``'s cancellation stops mattering."""
         until = record.at + self.life_ms
         if record.due is not None:
             until = min(until, record.due + self.margin_ms)
         return until
 
-    def add(self, record: Record, now: int) -> bool:
+    def add(self, record: Union[Record, Cancellation], now: int) -> bool:
         """Keep ``record``'s cancellation; False (not kept) if it has expired already.
 
         Several live records for one id are kept as one: the latest written and

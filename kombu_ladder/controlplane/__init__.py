@@ -15,6 +15,10 @@ from .table import (
     PROBE_KEY,
     READ_PREFETCH,
     READ_TIMEOUT,
+    SEAL,
+    SNAPSHOT,
+    SNAPSHOT_ARGUMENTS,
+    SNAPSHOTS,
     STREAM_ARGUMENTS,
     STREAMS,
     Kind,
@@ -26,6 +30,7 @@ from .table import (
     pattern,
 )
 
-__all__ = ["CANCELLATIONS", "INDEX", "ADOPTIONS", "STREAM_ARGUMENTS", "Stream", "Kind", "STREAMS", "KINDS",
-           "CANCEL", "ENTRY", "ADOPTED", "MARKER", "NAMES", "kind", "is_control_plane", "accepts", "pattern",
-           "PROBE_KEY", "READ_PREFETCH", "READ_TIMEOUT", "declare_control_plane"]
+__all__ = ["CANCELLATIONS", "INDEX", "ADOPTIONS", "SNAPSHOTS", "STREAM_ARGUMENTS", "SNAPSHOT_ARGUMENTS", "Stream",
+           "Kind", "STREAMS", "KINDS", "CANCEL", "ENTRY", "ADOPTED", "SNAPSHOT", "SEAL", "MARKER", "NAMES", "kind",
+           "is_control_plane", "accepts", "pattern", "PROBE_KEY", "READ_PREFETCH", "READ_TIMEOUT",
+           "declare_control_plane"]

@@ -14,13 +14,14 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Optional, Union
 
-from .table import ADOPTED, CANCEL, ENTRY, MARKER, accepts
+from .table import ADOPTED, CANCEL, ENTRY, MARKER, SEAL, SNAPSHOT, accepts
 
 __all__ = [
     "VERSION", "MAX_ID_BYTES", "MAX_NAME_BYTES", "MAX_CANCEL_BYTES", "MAX_CANCEL_IDS", "MAX_INDEX_BYTES",
     "MAX_ENTRIES", "MAX_SMALL_BYTES", "MAX_BYTES", "KEYS", "REASONS",
     "RecordError", "UnknownRecord", "ForgedRecord",
-    "Cancellation", "Cancel", "Entry", "Entries", "Adoption", "Marker", "Record", "Format", "FORMATS",
+    "Cancellation", "Cancel", "Entry", "Entries", "Adoption", "Marker", "Part", "Seal", "LiveEntry", "Record",
+    "Format", "FORMATS", "MAX_PART_BYTES", "MAX_PART_ENTRIES", "MAX_PARTS",
     "encode", "decode", "load_object", "millis", "check_id", "pack_ids",
 ]
 
@@ -41,8 +42,13 @@ MAX_INDEX_BYTES = 1 << 20
 MAX_ENTRIES = 1000
 #: Adoption records and markers are at most this big.
 MAX_SMALL_BYTES = 4096
+#: A snapshot part is at most this big, and holds at most this many live cancellations (ids are at most 255
+#: bytes, so a full part of the writer's 500 fits); a seal announces at most :data:`MAX_PARTS` parts.
+MAX_PART_BYTES = 256 * 1024
+MAX_PART_ENTRIES = 1000
+MAX_PARTS = 100_000
 #: No record of any kind is bigger: a body past it is refused before it is parsed.
-MAX_BYTES = max(MAX_CANCEL_BYTES, MAX_INDEX_BYTES, MAX_SMALL_BYTES)
+MAX_BYTES = max(MAX_CANCEL_BYTES, MAX_INDEX_BYTES, MAX_SMALL_BYTES, MAX_PART_BYTES)
 #: What a cancelled id is matched as (see :mod:`kombu_ladder.cancellation.records`).
 KEYS = ("message_id", "task_id")
 #: Why a record is refused: its :attr:`RecordError.reason`, the label of the skip counters.
@@ -164,8 +170,34 @@ class Marker:
     at: int = 0
 
 
+#: One live cancellation in a snapshot: its id, when its latest record was written, and until when it lives
+#: (epoch ms), as :meth:`~kombu_ladder.cancellation.records.LiveSet.entries` gives them.
+LiveEntry = tuple[str, int, int]
+
+
+@dataclass(frozen=True)
+class Part:
+    """A part of a snapshot of the live cancellations (:mod:`~kombu_ladder.controlplane.snapshots`)."""
+
+    snapshot: str
+    index: int
+    entries: tuple[LiveEntry, ...]
+
+
+@dataclass(frozen=True)
+class Seal:
+    """A snapshot's seal: it has ``parts`` parts, and holds every cancellation up to offset ``covers``."""
+
+    snapshot: str
+    parts: int
+    #: The offset in ``ladder.cancellations`` of the last record the snapshot holds the effect of.
+    covers: int
+    #: When it was sealed (epoch ms, the writer's clock).
+    at: int
+
+
 #: Any decoded record.
-Record = Union[Cancel, Entries, Adoption, Marker]
+Record = Union[Cancel, Entries, Adoption, Marker, Part, Seal]
 
 
 # -- untrusted fields -------------------------------------------------------------------------------
@@ -349,6 +381,44 @@ def _read_marker(found: dict[str, Any]) -> Marker:
     return Marker(_record_id(found.get("id"), "id"), millis(found.get("at", 0), "at"))
 
 
+def _count(value: Any, field: str, *, low: int = 0, high: int = 2 ** 53) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value < high:
+        raise RecordError(f"field {field!r} must be an integer from {low} to {high - 1}, not {value!r:.40}")
+    return value
+
+
+def _write_part(record: Part) -> dict[str, Any]:
+    if len(record.entries) > MAX_PART_ENTRIES:
+        raise ValueError(f"a snapshot part holds at most {MAX_PART_ENTRIES} entries, not {len(record.entries)}")
+    return {"ladder": SNAPSHOT.name, "v": VERSION, "id": record.snapshot, "part": record.index,
+            "entries": [[key, at, until] for key, at, until in record.entries]}
+
+
+def _read_live(item: Any, index: int) -> LiveEntry:
+    if not isinstance(item, list) or len(item) != 3:
+        raise RecordError(f"entry {index} must be [id, at, until], not {item!r:.60}")
+    return (_record_id(item[0], f"entries[{index}][0]"), millis(item[1], f"entries[{index}][1]"),
+            millis(item[2], f"entries[{index}][2]"))
+
+
+def _read_part(found: dict[str, Any]) -> Part:
+    items = found.get("entries")
+    if not isinstance(items, list) or len(items) > MAX_PART_ENTRIES:
+        raise RecordError(f"field 'entries' must be a list of at most {MAX_PART_ENTRIES} [id, at, until]")
+    return Part(_short_text(found.get("id"), "id"), _count(found.get("part"), "part", high=MAX_PARTS),
+                tuple(_read_live(item, i) for i, item in enumerate(items)))
+
+
+def _write_seal(record: Seal) -> dict[str, Any]:
+    return {"ladder": SEAL.name, "v": VERSION, "id": record.snapshot, "parts": record.parts,
+            "covers": record.covers, "at": millis(record.at, "at", error=ValueError)}
+
+
+def _read_seal(found: dict[str, Any]) -> Seal:
+    return Seal(_short_text(found.get("id"), "id"), _count(found.get("parts"), "parts", low=1, high=MAX_PARTS + 1),
+                _count(found.get("covers"), "covers"), millis(found.get("at"), "at"))
+
+
 @dataclass(frozen=True)
 class Format:
     """One record kind's format: the versions read, the size limit, and how its fields are written and read."""
@@ -371,6 +441,8 @@ FORMATS: dict[str, Format] = {f.kind: f for f in (
     Format(ENTRY.name, Entries, frozenset({VERSION}), MAX_INDEX_BYTES, _write_entries, _read_entries),
     Format(ADOPTED.name, Adoption, frozenset({VERSION}), MAX_SMALL_BYTES, _write_adoption, _read_adoption),
     Format(MARKER.name, Marker, frozenset({VERSION}), MAX_SMALL_BYTES, _write_marker, _read_marker),
+    Format(SNAPSHOT.name, Part, frozenset({VERSION}), MAX_PART_BYTES, _write_part, _read_part),
+    Format(SEAL.name, Seal, frozenset({VERSION}), MAX_SMALL_BYTES, _write_seal, _read_seal),
 )}
 _BY_TYPE = {f.type: f for f in FORMATS.values()}
 

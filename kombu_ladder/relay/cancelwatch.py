@@ -7,34 +7,26 @@ import os
 import uuid
 from collections.abc import Mapping
 from datetime import datetime, timezone
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional
 
-from .. import link, snapshots, wire
-from ..cancellation.records import (
-    CELERY_TASK_HEADER,
-    READ_BACK_MS,
-    STREAM,
-    LiveSet,
-    RecordError,
-    cancelled_id,
-    decode,
-    encode_marker,
-    read_from,
-)
+from .. import link
+from ..cancellation.records import CELERY_TASK_HEADER, READ_BACK_MS, STREAM, LiveSet, cancelled_id, read_from
 from ..carry import confirming
-from ..controlplane import MARKER, READ_PREFETCH, READ_TIMEOUT, SEAL, SNAPSHOT, SNAPSHOTS, accepts
+from ..controlplane import READ_PREFETCH, READ_TIMEOUT, SEAL, SNAPSHOT, SNAPSHOTS, snapshots
+from ..controlplane.codec import Cancel, Part, RecordError, Seal
+from ..controlplane.codec import encode as encode_record
+from ..controlplane.reader import Offset, StreamReader
 from ..link import CONNECTION_ERRORS
 from ..notices import Notices
-from ..snapshots import Part, Seal, SnapshotError
 from ..text import escape
 from ..topology import declare_control_plane_if_allowed
 
 __all__ = ["CancelWatch", "CATCH_UP_TIMEOUT", "RECORD_PREFETCH", "READ_BACK_MS", "CELERY_TASK_HEADER", "cancelled_id",
-           "read_from", "HOLD_AFTER_PARTS", "stream_offset"]
+           "read_from", "HOLD_AFTER_PARTS"]
 
 logger = logging.getLogger("kombu_ladder.relay")
 
-I_CAUGHT_UP = "read %d live cancellation(s) from %s (%d record(s) since %s); relaying"
+I_CAUGHT_UP = "read %d live cancellation(s) from %s (%d record(s) from %s); relaying"
 I_SNAPSHOT = "loaded snapshot %s of %s: %d live cancellation(s), up to offset %d of %s, sealed %.0f s ago"
 I_NO_SNAPSHOT = "no complete snapshot in %s (looked back %.0f s); reading the cancellations of the last %.0f h"
 W_NO_SNAPSHOTS = ("cannot read or write %s (%s): this relay reads the cancellations of the last %.0f h at each "
@@ -42,16 +34,12 @@ W_NO_SNAPSHOTS = ("cannot read or write %s (%s): this relay reads the cancellati
 I_WROTE = "wrote snapshot %s to %s: %d live cancellation(s) in %d part(s), up to offset %d of %s"
 W_ABANDONED = "gave up writing snapshot %s to %s: %s; the next one is written later"
 W_HOLDING = "holding snapshot %s unsealed after %d part(s) (%s is set)"
-W_BAD_RECORD = "skipping a record in %s that is not a %s: %s"
+W_RESET = "%s was declared again: forgetting its %d live cancellation(s) and the snapshots of the old one"
 E_NO_STREAM = ("cannot read the cancellations in %s (%s); relaying WITHOUT enforcing them: a cancelled "
                "message may be delivered")
-W_SLOW = "%s was not read to its end within %.0f s; relaying meanwhile, later records still apply"
 
 #: Unacked records the broker may send at once (a stream consumer needs a prefetch).
 RECORD_PREFETCH = READ_PREFETCH
-#: Records are acked together (``multiple``) once this many are unacked, and the rest at each tick:
-#: a stream's acks only give credit, and one ack per record halved the reading speed.
-ACK_EVERY = RECORD_PREFETCH // 4
 #: Seconds (relay clock) a relay waits to read the stream to its end before relaying anyway.
 CATCH_UP_TIMEOUT = READ_TIMEOUT
 #: Unacked snapshot records the broker may send at once (parts are up to 256 KiB each).
@@ -61,32 +49,13 @@ PARTS_PER_TICK = 10
 #: For tests: a relay publishes at most this many parts of a snapshot and never seals it, so that a test
 #: can kill it in the middle of writing one. Unset: snapshots are written whole.
 HOLD_AFTER_PARTS = "LADDER_SNAPSHOT_HOLD_AFTER_PARTS"
-#: The header RabbitMQ delivers every stream record with: the record's offset.
-OFFSET_HEADER = b"x-stream-offset"
-
-#: Where a stream consumer starts: a numeric offset, a timestamp (whole seconds), or "next".
-Offset = Union[int, datetime, str]
-
-
-def stream_offset(raw: Optional[bytes]) -> Optional[int]:
-    """The offset RabbitMQ gave a stream record (its ``x-stream-offset`` header), from its encoded properties."""
-    if not raw:
-        return None
-    try:
-        for name, item in wire.read_properties(raw).headers or ():
-            if name == OFFSET_HEADER:
-                value = wire.decode(item)
-                return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-    except wire.WireError:
-        return None
-    return None
 
 
 class _Writer:
     """One snapshot being written: its parts, then its seal, each publish confirmed before the next stage."""
 
-    def __init__(self, parts: list[bytes], seal: bytes, info: Seal, entries: int, hold: Optional[int]) -> None:
-        self.parts, self.seal, self.info, self.entries = parts, seal, info, entries
+    def __init__(self, parts: list[bytes], seal: Seal, entries: int, hold: Optional[int]) -> None:
+        self.parts, self.info, self.entries = parts, seal, entries
         #: Parts published so far; whether the seal was.
         self.sent = 0
         self.sealed = False
@@ -98,18 +67,18 @@ class _Writer:
 
 
 class CancelWatch:
-    """Consumes ``ladder.cancellations`` on a channel of its own, starting from the newest complete snapshot.
+    """Reads ``ladder.cancellations`` on a channel of its own, starting from the newest complete snapshot.
 
     A first start reads the recent tail of ``ladder.snapshots`` (up to a marker of its own), loads the
-    newest complete snapshot (:mod:`kombu_ladder.snapshots`) and reads the cancellations from the offset
-    after the one it covers; without a snapshot (none yet, no snapshot stream, no right to read it), it
-    reads the records of the last :data:`READ_BACK_MS`, as relays always did. Either way it appends a
-    marker to the cancellations: once it comes back, every earlier record has been read, and
-    :meth:`start`'s ``on_ready`` is called (the relay then consumes the control queue). A start after a
-    reconnect resumes from the last record read (:attr:`position`): nothing is read twice or reloaded.
-    While relaying, it writes a snapshot when the policy says (parts from :meth:`tick`, confirmed, then
-    the seal), and keeps reading the snapshot stream to count other relays' seals as its own. Records are
-    untrusted: a bad one is counted and skipped.
+    newest complete snapshot (:mod:`kombu_ladder.controlplane.snapshots`) and reads the cancellations from
+    the offset after the one it covers; without a snapshot (none yet, no snapshot stream, no right to read
+    it), it reads the records of the last :data:`READ_BACK_MS`, as relays always did. Either way the
+    reader (:class:`~kombu_ladder.controlplane.reader.StreamReader`) appends a marker to the cancellations:
+    once it comes back, every earlier record has been read, and :meth:`start`'s ``on_ready`` is called
+    (the relay then consumes the control queue). A start after a reconnect goes on from the last record
+    read: nothing is read twice or reloaded. While relaying, it writes a snapshot when its policy says
+    (parts from :meth:`tick`, confirmed, then the seal), and keeps reading the snapshot stream to count
+    other relays' seals as its own. Records are untrusted: a bad one is counted and skipped.
     """
 
     def __init__(self, *, clock: Callable[[], float], notices: Optional[Notices] = None,
@@ -122,33 +91,28 @@ class CancelWatch:
         self.notices = notices if notices is not None else Notices(logger)
         #: When snapshots are written (``LADDER_SNAPSHOT_*`` variables, else the defaults).
         self.policy = policy if policy is not None else snapshots.Policy.from_env(os.environ)
-        #: Records skipped because they were not valid cancellations (or snapshot records).
-        self.skipped = 0
-        #: Records (cancellations and markers) read since the last start.
-        self.read = 0
+        #: The reader of the cancellations: a first start without a snapshot reads from READ_BACK_MS ago.
+        self.cancellations = StreamReader(STREAM, start=lambda: read_from(self.clock()), clock=self._now,
+                                          timer=self._now, timeout=CATCH_UP_TIMEOUT, prefetch=RECORD_PREFETCH,
+                                          notices=self.notices)
+        #: The reader of the snapshot stream (a first start gives it a window; a reconnect goes on).
+        self.snapshots = StreamReader(SNAPSHOTS, start="next", clock=self._now, timer=self._now,
+                                      timeout=CATCH_UP_TIMEOUT, prefetch=SNAPSHOT_PREFETCH, notices=self.notices)
         #: Why the stream could not be read since the last start (None: read, or not started yet).
         self.unreadable: Optional[str] = None
         #: Why the snapshot stream could not be read or written (None: it can, or not tried yet).
         self.snapshots_unreadable: Optional[str] = None
-        #: The offset of the last cancellation record read (None: none yet): a reconnect resumes after it.
-        self.position: Optional[int] = None
-        #: The offset of the last snapshot-stream record read (None: none yet).
-        self.snapshot_position: Optional[int] = None
         #: The seal of the snapshot the first start loaded (None: it read back instead).
         self.loaded: Optional[Seal] = None
         #: Snapshots this relay wrote (sealed and confirmed).
         self.written = 0
         self._channel: Any = None
         self._guard: Any = None
-        self._token = ""
         self._on_ready: Optional[Callable[[], None]] = None
-        self._deadline = 0.0
-        #: The last delivery tag taken, and the last acked, on the stream channel.
-        self._taken = self._acked = 0
-        self._since: Offset = "next"
+        #: The records read when the last start began, and where it read from.
+        self._read_at_start = 0
+        self._since: Any = None
         # -- the snapshot stream ------------------------------------------------------------------
-        self._snap: Any = None
-        self._snap_token = ""
         #: Whether a first start has not begun reading the cancellations yet (it is looking for a snapshot).
         self._cold = False
         self._windows: list[int] = []
@@ -158,10 +122,25 @@ class CancelWatch:
         self._known: Optional[Seal] = None
         self._known_ms: Optional[int] = None
         self._writer: Optional[_Writer] = None
+        #: The channel snapshots are written on (confirming; opened at the first one), and its publishes.
+        self._out: Any = None
         self._published = 0
-        self._confirming = False
         hold = os.environ.get(HOLD_AFTER_PARTS)
         self._hold = int(hold) if hold and hold.isdigit() else None
+
+    def _now(self) -> float:
+        return self.clock()
+
+    @property
+    def skipped(self) -> int:
+        """Records skipped (not valid, or not through their kind's exchange) in both streams."""
+        return sum(self.cancellations.skipped.values()) + sum(self.snapshots.skipped.values())
+
+    @property
+    def position(self) -> Optional[int]:
+        """The offset of the last cancellation record read (None: none yet); a snapshot written now covers it."""
+        position = self.cancellations.position
+        return None if position is None or position < 1 else position - 1
 
     @property
     def enforcing(self) -> bool:
@@ -176,15 +155,11 @@ class CancelWatch:
     def start(self, channel: Any, guard: Any, on_ready: Callable[[], None]) -> None:
         """Consume the stream on ``channel`` (a new one of the relay's connection); call ``on_ready`` once caught up."""
         self._channel, self._guard, self._on_ready = channel, guard, on_ready
-        self._token = uuid.uuid4().hex
-        self._deadline = self.clock() + CATCH_UP_TIMEOUT
-        self._taken = self._acked = self.read = 0
         self.unreadable = None
-        self._writer = None  # the old channel's publishes are lost with it; written again later
+        self._abandon_writing()  # the old channel's publishes are lost with it; written again later
         guard.watch(channel, self._closed)  # properties stay raw bytes: only the body is read
         try:
             declare_control_plane_if_allowed(channel)  # full rights (a worker the README's way); else the operator's
-            channel.basic_qos(0, RECORD_PREFETCH, False)
         except CONNECTION_ERRORS:
             if self._channel is None:
                 return
@@ -192,8 +167,8 @@ class CancelWatch:
         except Exception as exc:  # noqa: BLE001 - without the stream the relay still relays
             self._refused(exc)
             return
-        if self.position is not None:  # a reconnect: resume, reload nothing
-            self._consume(self.position + 1)
+        if self.cancellations.position is not None:  # a reconnect: go on, reload nothing
+            self._consume(None)
             self._open_snapshots(cold=False)
         else:
             self._open_snapshots(cold=True)  # then _consume, from the snapshot's offset or READ_BACK_MS ago
@@ -205,17 +180,18 @@ class CancelWatch:
     # -- the cancellations ----------------------------------------------------------------------
 
     def _consume(self, offset: Optional[Offset]) -> None:
-        """Consume the cancellations from ``offset`` (None: :data:`READ_BACK_MS` ago), then append the marker."""
+        """Read the cancellations from ``offset`` (None: where the last start got to, else READ_BACK_MS ago)."""
         self._cold = False
         channel = self._channel
         if channel is None or self._on_ready is None:
             return
-        self._since = offset if offset is not None else self.read_from()
+        self._read_at_start = self.cancellations.read
+        reader = self.cancellations
+        self._since = offset if offset is not None else (
+            reader.position if reader.position is not None else self.read_from())
         try:
-            channel.basic_consume(STREAM, callback=self._on_record, no_ack=False,
-                                  arguments={"x-stream-offset": self._since})
-            marker = encode_marker(self._token, at=int(self.clock() * 1000))
-            link.publish(channel, link.RawMessage(marker, b"\x00\x00"), MARKER.exchange, STREAM)
+            reader.start(channel, offset=offset, on_record=self._on_cancel, on_caught_up=self._caught_up,
+                         on_reset=self._reset, take_raw=self._guard.take)
         except CONNECTION_ERRORS:
             if self._channel is None:  # the broker closed the stream's channel (a 403, say): _closed said why
                 return
@@ -235,58 +211,38 @@ class CancelWatch:
 
     def _closed(self, code: int, text: str, class_id: int, method_id: int) -> None:
         link.discard(self._channel)
+        self.cancellations.forget_channel()
         self._channel = None
         self.unreadable = f"the broker closed its channel: {code} {escape(text)}"
         logger.error(E_NO_STREAM, STREAM, self.unreadable)
         self._ready()
 
-    def _on_record(self, message: Any) -> None:
-        channel = self._channel
-        try:
-            raw = self._guard.take(channel) if self._guard is not None and channel is not None else None
-            offset = stream_offset(raw)
-            if offset is not None and (self.position is None or offset > self.position):
-                self.position = offset
-            self._read(bytes(message.body), message.delivery_info.get("exchange"))
-        except CONNECTION_ERRORS:
-            raise
-        except Exception as exc:  # noqa: BLE001 - no record stops the relay
-            self.skipped += 1
-            self.notices.warn("cancellation record", W_BAD_RECORD, STREAM, "cancellation",
-                              f"{type(exc).__name__}: {escape(exc)}", level=logging.ERROR)
-        self._taken = message.delivery_info["delivery_tag"]
-        if self._taken - self._acked >= ACK_EVERY or self._on_ready is None:
-            self._ack()
-
-    def _ack(self) -> None:
-        """Ack every record taken so far (one ``multiple`` ack)."""
-        if self._channel is not None and self._taken > self._acked:
-            self._channel.basic_ack(self._taken, multiple=True)
-            self._acked = self._taken
-
-    def _read(self, body: bytes, exchange: Any = None) -> None:
-        self.read += 1
-        try:
-            record = decode(body)
-            if not accepts(record.kind, exchange):
-                raise RecordError(f"a {record.kind!r} record written through the exchange {exchange!r:.60}, "
-                                  f"not its own")
-        except RecordError as exc:
-            self.skipped += 1
-            self.notices.warn("cancellation record", W_BAD_RECORD, STREAM, "cancellation", escape(exc))
-            return
+    def _on_cancel(self, record: Any, offset: Optional[int]) -> None:
+        if not isinstance(record, Cancel):
+            raise RecordError(f"a {type(record).__name__} record is no cancellation")
         now = int(self.clock() * 1000)
-        if record.kind == "cancel":
-            self.live.add(record, now)
-        elif record.id == self._token and self._on_ready is not None:
-            self.live.prune(now, force=True)
-            logger.info(I_CAUGHT_UP, len(self.live), STREAM, self.read, _where(self._since))
-            self._ready()
+        for cancellation in record.each():
+            self.live.add(cancellation, now)
+
+    def _caught_up(self) -> None:
+        if self._on_ready is None:
+            return
+        self.live.prune(int(self.clock() * 1000), force=True)
+        logger.info(I_CAUGHT_UP, len(self.live), STREAM, self.cancellations.read - self._read_at_start,
+                    _where(self._since))
+        self._ready()
+
+    def _reset(self) -> None:
+        """The cancellation stream was deleted and declared again: what was read from the old one is gone."""
+        logger.warning(W_RESET, STREAM, len(self.live))
+        self.live = LiveSet()
+        self._known = self._known_ms = None
+        self._abandon_writing()
 
     # -- the snapshot stream --------------------------------------------------------------------
 
     def _open_snapshots(self, *, cold: bool) -> None:
-        """Open the snapshot channel (confirming); a cold start reads the recent tail for a snapshot first."""
+        """Read the snapshot stream; a cold start reads its recent tail for a snapshot first."""
         self._cold = cold
         if cold:
             self._windows = list(self.policy.windows_ms())
@@ -294,94 +250,39 @@ class CancelWatch:
         if self.snapshots_unreadable is not None:  # refused before: this relay reads back, as it did
             self._no_snapshots(self.snapshots_unreadable)
             return
-        if not self._new_snapshot_channel():
-            return
         if cold:
             self._next_window()
         else:
-            self._consume_snapshots("next" if self.snapshot_position is None else self.snapshot_position + 1)
-
-    def _new_snapshot_channel(self) -> bool:
-        """Close the snapshot channel (with any records in flight to it) and open another; False if refused."""
-        self._close_snapshots()
-        try:
-            channel = self._snap = link.sibling(self._channel)
-            self._guard.watch(channel, self._snapshots_closed)
-            channel.basic_qos(0, SNAPSHOT_PREFETCH, False)
-            self._published, self._confirming = 0, False
-        except CONNECTION_ERRORS:
-            if self._snap is None:  # closed by the broker: _snapshots_closed went on
-                return False
-            raise
-        except Exception as exc:  # noqa: BLE001 - without snapshots the relay reads back
-            self._no_snapshots(escape(exc))
-            return False
-        return True
+            self._read_snapshots(None)
 
     def _next_window(self) -> None:
         window = self._windows.pop(0)
-        self._snap_token = uuid.uuid4().hex
         start = datetime.fromtimestamp(max(0, int(self.clock() * 1000) - window) // 1000, tz=timezone.utc)
-        if self._consume_snapshots(start):
-            self._publish_snapshot_record(encode_marker(self._snap_token, at=int(self.clock() * 1000)),
-                                          MARKER.exchange)
+        self._chooser.forget()
+        self._read_snapshots(start)
 
-    def _consume_snapshots(self, offset: Offset) -> bool:
-        channel = self._snap
-        if channel is None:
-            return False
+    def _read_snapshots(self, offset: Optional[Offset]) -> None:
+        """Read the snapshot stream on a new channel (the old one closed, with any records on their way to it)."""
+        self._close_snapshots()
+        reader = self.snapshots
+        if offset is not None:  # a window of a first start: read it all, whatever an earlier window read
+            reader.position = None
         try:
-            channel.basic_consume(SNAPSHOTS, callback=self._on_snapshot_record, no_ack=False,
-                                  arguments={"x-stream-offset": offset})
+            channel = link.sibling(self._channel)
+            self._guard.watch(channel, self._snapshots_closed)
+            reader.start(channel, offset=offset, on_record=self._on_snapshot_record,
+                         on_caught_up=self._snapshots_read if offset is not None else None,
+                         take_raw=self._guard.take)
         except CONNECTION_ERRORS:
-            if self._snap is None:
-                return False
-            raise
-        except Exception as exc:  # noqa: BLE001
-            self._no_snapshots(escape(exc))
-            return False
-        return True
-
-    def _publish_snapshot_record(self, body: bytes, exchange: str) -> int:
-        """Publish ``body`` into the snapshot stream through ``exchange``; return its publish sequence number."""
-        link.publish(self._snap, link.RawMessage(body, b"\x00\x00"), exchange, SNAPSHOTS)
-        self._published += 1
-        return self._published
-
-    def _on_snapshot_record(self, message: Any) -> None:
-        channel = self._snap
-        try:
-            raw = self._guard.take(channel) if self._guard is not None and channel is not None else None
-            offset = stream_offset(raw)
-            if offset is not None:
-                self.snapshot_position = offset
-            self._read_snapshot_record(bytes(message.body), message.delivery_info.get("exchange"))
-        except CONNECTION_ERRORS:
-            raise
-        except Exception as exc:  # noqa: BLE001 - no record stops the relay
-            self.skipped += 1
-            self.notices.warn("snapshot record", W_BAD_RECORD, SNAPSHOTS, "snapshot record",
-                              f"{type(exc).__name__}: {escape(exc)}", level=logging.ERROR)
-        if self._snap is not None and self._snap is channel:
-            channel.basic_ack(message.delivery_info["delivery_tag"], multiple=True)
-
-    def _read_snapshot_record(self, body: bytes, exchange: Any) -> None:
-        try:
-            if exchange == MARKER.exchange:
-                marker = decode(body)
-                if marker.kind == MARKER.name and marker.id == self._snap_token and self._snap_token:
-                    self._snap_token = ""
-                    self._snapshots_read()
+            if not reader.reading:  # closed by the broker (404: no snapshot stream; 403): _snapshots_closed went on
                 return
-            record = snapshots.decode(body)
-            kind = SNAPSHOT if isinstance(record, Part) else SEAL
-            if exchange != kind.exchange:
-                raise SnapshotError(f"a {kind.name!r} record written through the exchange {exchange!r:.60}, "
-                                    f"not its own")
-        except (RecordError, SnapshotError) as exc:
-            self.skipped += 1
-            self.notices.warn("snapshot record", W_BAD_RECORD, SNAPSHOTS, "snapshot record", escape(exc))
-            return
+            raise
+        except Exception as exc:  # noqa: BLE001 - without snapshots the relay reads back
+            self._no_snapshots(escape(exc))
+
+    def _on_snapshot_record(self, record: Any, offset: Optional[int]) -> None:
+        if not isinstance(record, (Part, Seal)):
+            raise RecordError(f"a {type(record).__name__} record is no snapshot record")
         complete = self._chooser.add(record)
         if complete is not None:
             self._learn(complete.seal)
@@ -390,11 +291,14 @@ class CancelWatch:
         """A complete snapshot was read or written: the policy counts from it if it is the newest known."""
         if self._known is None or seal.covers > self._known.covers:
             self._known = seal
-            self._known_ms = int(self.clock() * 1000)
+            sealed = min(seal.at, int(self.clock() * 1000))  # the writer's clock, never ahead of ours
+            self._known_ms = sealed if self._known_ms is None else max(self._known_ms, sealed)
 
     def _snapshots_read(self) -> None:
-        """A cold start read the snapshot stream up to its marker: load the newest complete snapshot, or look
+        """A cold start read the snapshot stream to its marker: load the newest complete snapshot, or look
         further back, or read the cancellations back."""
+        if not self._cold:
+            return
         newest = self._chooser.newest
         if newest is not None:
             now = int(self.clock() * 1000)
@@ -405,10 +309,8 @@ class CancelWatch:
                         max(0.0, (now - newest.seal.at) / 1000))
             self._consume(newest.seal.covers + 1)
             return
-        if self._windows:  # a fresh channel: the old consumer's records in flight are dropped with it
-            if self._new_snapshot_channel():
-                self._chooser.forget()
-                self._next_window()
+        if self._windows:
+            self._next_window()
             return
         logger.info(I_NO_SNAPSHOT, SNAPSHOTS, max(self.policy.windows_ms()) / 1000, READ_BACK_MS / 3_600_000)
         self._consume(None)
@@ -416,65 +318,101 @@ class CancelWatch:
     def _no_snapshots(self, why: str) -> None:
         first = self.snapshots_unreadable is None
         self.snapshots_unreadable = why
-        self._writer = None
+        self._abandon_writing()
         if first:
             logger.warning(W_NO_SNAPSHOTS, SNAPSHOTS, why, READ_BACK_MS / 3_600_000)
-        self._snap_token = ""
         if self._cold:
             self._consume(None)
 
     def _snapshots_closed(self, code: int, text: str, class_id: int, method_id: int) -> None:
-        link.discard(self._snap)
-        self._snap = None
+        self.snapshots.forget_channel()
         self._no_snapshots(f"the broker closed its channel: {code} {escape(text)}")
 
     def _close_snapshots(self) -> None:
-        channel, self._snap = self._snap, None
-        if channel is None:
-            return
-        if self._guard is not None:
+        channel = getattr(self.snapshots, "_channel", None)
+        if channel is not None and self._guard is not None:
             self._guard.unwatch(channel)
-        link.close_quietly(channel)
+        self.snapshots.close()
 
     # -- writing snapshots ----------------------------------------------------------------------
 
+    def _open_out(self) -> bool:
+        """Open the confirming channel snapshots are written on; False if it cannot be."""
+        if self._out is not None:
+            return True
+        try:
+            channel = link.sibling(self._channel)
+            self._guard.watch(channel, self._out_closed)
+            self._out = confirming(channel, on_ack=self._confirmed, on_nack=self._nacked)
+            self._published = 0
+        except CONNECTION_ERRORS:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a snapshot is an optimisation
+            self._no_snapshots(escape(exc))
+            return False
+        return True
+
+    def _out_closed(self, code: int, text: str, class_id: int, method_id: int) -> None:
+        link.discard(self._out)
+        self._out = None
+        self._no_snapshots(f"the broker closed the channel snapshots are written on: {code} {escape(text)}")
+
+    def _abandon_writing(self) -> None:
+        self._writer = None
+        channel, self._out = self._out, None
+        if channel is not None:
+            if self._guard is not None:
+                self._guard.unwatch(channel)
+            link.close_quietly(channel)
+
+    def _publish(self, body: bytes, exchange: str) -> int:
+        """Publish ``body`` into the snapshot stream through ``exchange``; return its publish sequence number."""
+        link.publish(self._out, link.RawMessage(body, b"\x00\x00"), exchange, SNAPSHOTS)
+        self._published += 1
+        return self._published
+
     def _confirmed(self, tag: int, multiple: bool) -> None:
         writer = self._writer
-        if writer is not None:
-            writer.unconfirmed = {seq for seq in writer.unconfirmed if seq > tag} if multiple \
-                else writer.unconfirmed - {tag}
+        if writer is None:
+            return
+        writer.unconfirmed = {seq for seq in writer.unconfirmed if seq > tag} if multiple \
+            else writer.unconfirmed - {tag}
+        if not writer.unconfirmed:  # the next batch (or the seal) at once, not at the next tick
+            self._write_safely()
 
-    def _refused_publish(self, tag: int, multiple: bool) -> None:
+    def _nacked(self, tag: int, multiple: bool) -> None:
         writer = self._writer
         if writer is not None and any(seq == tag or (multiple and seq <= tag) for seq in writer.unconfirmed):
             writer.failed = f"the broker nacked a record (publish {tag})"
 
     def _write(self) -> None:
         """Begin a snapshot when the policy says, or carry on with the one being written (from :meth:`tick`)."""
-        if self._snap is None or not self.ready or not self.enforcing or self._snap_token:
+        if not self.ready or not self.enforcing or self._cold or self.snapshots_unreadable is not None:
             return
         writer = self._writer
         if writer is None:
-            self._begin()
-            return
+            writer = self._begin()
+            if writer is None:
+                return
         if writer.failed is not None:
             logger.warning(W_ABANDONED, writer.info.snapshot, SNAPSHOTS, writer.failed)
             self._writer = None
             return
-        if writer.sent < len(writer.parts):
-            stop = len(writer.parts) if writer.hold is None else min(writer.hold, len(writer.parts))
+        stop = len(writer.parts) if writer.hold is None else writer.hold
+        if writer.sent < stop:
             for body in writer.parts[writer.sent:min(stop, writer.sent + PARTS_PER_TICK)]:
-                writer.unconfirmed.add(self._publish_snapshot_record(body, SNAPSHOT.exchange))
+                writer.unconfirmed.add(self._publish(body, SNAPSHOT.exchange))
                 writer.sent += 1
-            if writer.sent < len(writer.parts) or writer.unconfirmed:
-                if writer.sent == stop and not writer.unconfirmed and not writer.held:
-                    writer.held = True
-                    logger.warning(W_HOLDING, writer.info.snapshot, writer.sent, HOLD_AFTER_PARTS)
-                return
+            return
         if writer.unconfirmed:
             return
+        if writer.sent < len(writer.parts):  # held (a test's hook): never sealed
+            if not writer.held:
+                writer.held = True
+                logger.warning(W_HOLDING, writer.info.snapshot, writer.sent, HOLD_AFTER_PARTS)
+            return
         if not writer.sealed:
-            writer.unconfirmed.add(self._publish_snapshot_record(writer.seal, SEAL.exchange))
+            writer.unconfirmed.add(self._publish(encode_record(writer.info), SEAL.exchange))
             writer.sealed = True
             return
         self._writer = None
@@ -483,26 +421,24 @@ class CancelWatch:
         logger.info(I_WROTE, writer.info.snapshot, SNAPSHOTS, writer.entries, len(writer.parts), writer.info.covers,
                     STREAM)
 
-    def _begin(self) -> None:
-        if self.position is None:
-            return
+    def _begin(self) -> Optional[_Writer]:
+        position = self.position
+        if position is None:
+            return None
         now = int(self.clock() * 1000)
         known = self._known
-        records = None if known is None else self.position - known.covers
+        records = None if known is None else position - known.covers
         since = None if self._known_ms is None else now - self._known_ms
-        if not self.policy.due(records=records, since_ms=since):
-            return
+        if not self.policy.due(records=records, since_ms=since) or not self._open_out():
+            return None
         self._known_ms = now  # an attempt counts for the spacing, whatever becomes of it
         self.live.prune(now, force=True)
         entries = self.live.entries()
-        snapshot = uuid.uuid4().hex
-        parts, seal = snapshots.encode(snapshot, entries, covers=self.position, at=now,
+        parts, seal = snapshots.encode(uuid.uuid4().hex, entries, covers=position, at=now,
                                        part_entries=self.policy.part_entries)
-        if not self._confirming:  # only now: a start's channels close with no confirm on its way
-            confirming(self._snap, on_ack=self._confirmed, on_nack=self._refused_publish)
-            self._published, self._confirming = 0, True
         hold = self._hold if self._hold is not None and self._hold < len(parts) else None
-        self._writer = _Writer(parts, seal, Seal(snapshot, len(parts), self.position, now), len(entries), hold)
+        self._writer = _Writer(parts, seal, len(entries), hold)
+        return self._writer
 
     # -- the relay's calls ----------------------------------------------------------------------
 
@@ -511,12 +447,13 @@ class CancelWatch:
         self._on_ready = None
 
     def tick(self) -> None:
-        """Write snapshots; give up waiting for the stream's end after :data:`CATCH_UP_TIMEOUT` (and relay)."""
-        self._ack()  # none left unacked for long: RabbitMQ's consumer_timeout applies to streams too
+        """Ack what was read, write snapshots, and relay anyway past :data:`CATCH_UP_TIMEOUT` (the reader's)."""
+        self.cancellations.tick()
+        self.snapshots.tick()
         self.notices.flush()
-        if self._on_ready is not None and self.clock() >= self._deadline:
-            logger.warning(W_SLOW, STREAM, CATCH_UP_TIMEOUT)
-            self._ready()
+        self._write_safely()
+
+    def _write_safely(self) -> None:
         try:
             self._write()
         except CONNECTION_ERRORS:
@@ -543,15 +480,15 @@ class CancelWatch:
 
     def close(self) -> None:
         """Close the stream channels."""
+        self._abandon_writing()
         self._close_snapshots()
         if self._guard is not None and self._channel is not None:
             self._guard.unwatch(self._channel)
-        link.close_quietly(self._channel)
+        self.cancellations.close()
         self._channel = None
         self._on_ready = None
-        self._writer = None
 
 
-def _where(offset: Offset) -> str:
-    """An offset as a log shows it."""
+def _where(offset: Any) -> str:
+    """Where a start read from, as a log shows it."""
     return f"offset {offset}" if isinstance(offset, int) else str(offset)

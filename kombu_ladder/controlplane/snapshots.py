@@ -24,68 +24,39 @@ the same snapshot only when they reach their thresholds within the time one take
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
-from .controlplane import SEAL, SNAPSHOT
-from .jsonrecords import load_object, millis
+from .codec import LiveEntry, Part, Seal
+from .codec import encode as encode_record
 
-__all__ = ["PART_ENTRIES", "MAX_PART_BYTES", "MAX_PARTS", "EVERY_RECORDS", "EVERY_MS", "MIN_SPACING_MS",
-           "MAX_JITTER", "WINDOWS_MS", "Entry", "Part", "Seal", "Snapshot", "SnapshotError", "encode_part",
-           "encode_seal", "encode", "decode", "Chooser", "Policy", "windows_ms"]
+__all__ = ["PART_ENTRIES", "EVERY_RECORDS", "EVERY_MS", "MIN_SPACING_MS", "MAX_JITTER", "WINDOWS_MS", "Snapshot",
+           "encode", "Chooser", "Policy", "windows_ms"]
 
 #: Live cancellations per part: a part of 500 entries of 36-character ids is about 40 KB.
 PART_ENTRIES = 500
-#: A part (or seal) bigger than this is not one of ours: ids are at most 255 bytes, so 500 of them fit.
-MAX_PART_BYTES = 256 * 1024
-#: The most parts a seal may announce (fifty million live cancellations): more is not one of ours.
-MAX_PARTS = 100_000
 #: Cancellation records appended after the newest complete snapshot that make a relay write the next one.
 EVERY_RECORDS = 10_000
-#: The longest a relay goes without writing a snapshot (epoch ms), records or none: the snapshot stream keeps
-#: six hours, and a start looks back :data:`WINDOWS_MS`.
+#: The longest a relay goes without writing a snapshot (ms), records or none: the snapshot stream keeps six
+#: hours, and a start looks back :data:`WINDOWS_MS`.
 EVERY_MS = 10 * 60 * 1000
 #: The shortest time between two snapshots (ms): in a burst of cancellations, one every 15 s at most.
 MIN_SPACING_MS = 15 * 1000
 #: Each relay's thresholds are the ones above times ``1 + random.uniform(0, MAX_JITTER)``.
 MAX_JITTER = 0.25
-#: How far back (ms) a start reads the snapshot stream, in turn until it finds a complete snapshot: a short
-#: window first (during a burst, snapshots come every :data:`MIN_SPACING_MS`, so few are read), then one past
-#: the longest time between two snapshots. Without one in either, the start reads the cancellations back.
-WINDOWS_MS = (4 * MIN_SPACING_MS, int(EVERY_MS * (1 + MAX_JITTER)) + 2 * 60 * 1000)  # windows_ms() of these
-#: The record format's version.
-VERSION = 1
-
-#: One live cancellation: its id, when its latest record was written, and until when it lives (epoch ms).
-Entry = tuple[str, int, int]
 
 
-class SnapshotError(ValueError):
-    """A record in the snapshot stream that is not a valid part or seal (the reason is the message)."""
+def windows_ms(min_spacing_ms: int, every_ms: int) -> tuple[int, int]:
+    """How far back (ms) a start reads the snapshot stream, in turn until it finds a complete snapshot: four
+    spacings first (during a burst, where a snapshot comes every spacing, so few are read), then past the
+    longest time between two snapshots. Without one in either, the start reads the cancellations back."""
+    return (4 * max(min_spacing_ms, 1000), int(every_ms * (1 + MAX_JITTER)) + 2 * 60 * 1000)
 
 
-@dataclass(frozen=True)
-class Part:
-    """One part of a snapshot: up to :data:`PART_ENTRIES` live cancellations."""
-
-    snapshot: str
-    index: int
-    entries: tuple[Entry, ...]
-
-
-@dataclass(frozen=True)
-class Seal:
-    """A snapshot's seal: it has ``parts`` parts, and holds every cancellation up to offset ``covers``."""
-
-    snapshot: str
-    parts: int
-    #: The offset in ``ladder.cancellations`` of the last record the snapshot holds the effect of.
-    covers: int
-    #: When it was sealed (epoch ms, the writer's clock).
-    at: int
+#: The windows of the default policy.
+WINDOWS_MS = windows_ms(MIN_SPACING_MS, EVERY_MS)
 
 
 @dataclass(frozen=True)
@@ -93,96 +64,32 @@ class Snapshot:
     """A complete snapshot: its seal and every live cancellation of its parts."""
 
     seal: Seal
-    entries: tuple[Entry, ...]
+    entries: tuple[LiveEntry, ...]
 
 
-def _text(value: Any, name: str, *, most: int = 255) -> str:
-    if not isinstance(value, str) or not value or len(value.encode("utf-8", "surrogatepass")) > most:
-        raise SnapshotError(f"field {name!r} must be a non-empty str of at most {most} bytes, not {value!r:.40}")
-    return value
-
-
-def _count(value: Any, name: str, *, low: int = 0, high: int = 2 ** 53) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not low <= value < high:
-        raise SnapshotError(f"field {name!r} must be an integer from {low} to {high - 1}, not {value!r:.40}")
-    return value
-
-
-def _ms(value: Any, name: str) -> int:
-    return millis(value, name, error=SnapshotError)
-
-
-def _dumps(record: Mapping[str, Any]) -> bytes:
-    return json.dumps(record, separators=(",", ":")).encode("utf-8")
-
-
-def encode_part(snapshot: str, index: int, entries: Iterable[Entry]) -> bytes:
-    """Return the part ``index`` of ``snapshot`` holding ``entries`` (JSON bytes)."""
-    return _dumps({"ladder": SNAPSHOT.name, "v": VERSION, "id": snapshot, "part": index,
-                   "entries": [[key, at, until] for key, at, until in entries]})
-
-
-def encode_seal(seal: Seal) -> bytes:
-    """Return the record sealing a snapshot (JSON bytes)."""
-    return _dumps({"ladder": SEAL.name, "v": VERSION, "id": seal.snapshot, "parts": seal.parts,
-                   "covers": seal.covers, "at": seal.at})
-
-
-def encode(snapshot: str, entries: Iterable[Entry], *, covers: int, at: int,
-           part_entries: int = PART_ENTRIES) -> tuple[list[bytes], bytes]:
-    """Return the parts of a snapshot of ``entries`` (at least one, maybe empty) and its seal.
+def encode(snapshot: str, entries: Iterable[LiveEntry], *, covers: int, at: int,
+           part_entries: int = PART_ENTRIES) -> tuple[list[bytes], Seal]:
+    """Return the parts (encoded: at least one, maybe empty) of a snapshot of ``entries``, and its seal.
 
     ``covers`` is the offset of the last cancellation record ``entries`` hold the effect of.
     """
     if part_entries < 1:
         raise ValueError(f"part_entries must be at least 1, not {part_entries}")
-    chunk: list[Entry] = []
+    chunk: list[LiveEntry] = []
     parts: list[bytes] = []
     for entry in entries:
         chunk.append(entry)
         if len(chunk) == part_entries:
-            parts.append(encode_part(snapshot, len(parts), chunk))
+            parts.append(encode_record(Part(snapshot, len(parts), tuple(chunk))))
             chunk = []
     if chunk or not parts:
-        parts.append(encode_part(snapshot, len(parts), chunk))
-    return parts, encode_seal(Seal(snapshot, len(parts), covers, at))
-
-
-def _entries(value: Any) -> tuple[Entry, ...]:
-    if not isinstance(value, list) or len(value) > PART_ENTRIES * 20:
-        raise SnapshotError("field 'entries' must be a list of [id, at, until]")
-    out = []
-    for item in value:
-        if not isinstance(item, list) or len(item) != 3:
-            raise SnapshotError(f"an entry must be [id, at, until], not {item!r:.60}")
-        out.append((_text(item[0], "entries.id"), _ms(item[1], "entries.at"), _ms(item[2], "entries.until")))
-    return tuple(out)
-
-
-def decode(body: Any) -> Union[Part, Seal]:
-    """Read one untrusted part or seal of the snapshot stream (a reader's marker is read as a marker).
-
-    Raises:
-        SnapshotError: it is not a valid part or seal; the reason says which.
-    """
-    if isinstance(body, str):
-        raise SnapshotError("its body is a str, not bytes")
-    record = load_object(body, max_bytes=MAX_PART_BYTES, error=SnapshotError)
-    kind = record.get("ladder")
-    if kind not in (SNAPSHOT.name, SEAL.name):
-        raise SnapshotError(f"field 'ladder' must be {SNAPSHOT.name!r} or {SEAL.name!r}, not {kind!r:.40}")
-    if record.get("v") != VERSION or isinstance(record.get("v"), bool):
-        raise SnapshotError(f"field 'v' must be {VERSION}, not {record.get('v')!r:.40}")
-    snapshot = _text(record.get("id"), "id", most=64)
-    if kind == SNAPSHOT.name:
-        return Part(snapshot, _count(record.get("part"), "part", high=MAX_PARTS), _entries(record.get("entries")))
-    return Seal(snapshot, _count(record.get("parts"), "parts", low=1, high=MAX_PARTS + 1),
-                _count(record.get("covers"), "covers"), _ms(record.get("at"), "at"))
+        parts.append(encode_record(Part(snapshot, len(parts), tuple(chunk))))
+    return parts, Seal(snapshot, len(parts), covers, at)
 
 
 @dataclass
 class _Pending:
-    parts: dict[int, tuple[Entry, ...]] = field(default_factory=dict)
+    parts: dict[int, tuple[LiveEntry, ...]] = field(default_factory=dict)
     seal: Optional[Seal] = None
 
 
@@ -307,8 +214,3 @@ class Policy:
         """How far back a start reads the snapshot stream, in turn (see :data:`WINDOWS_MS`)."""
         return windows_ms(self.min_spacing_ms, self.every_ms)
 
-
-def windows_ms(min_spacing_ms: int, every_ms: int) -> tuple[int, int]:
-    """How far back a start reads the snapshot stream, in turn: four spacings (during a burst, where a
-    snapshot comes every spacing, so few are read), then past the longest time between two snapshots."""
-    return (4 * max(min_spacing_ms, 1000), int(every_ms * (1 + MAX_JITTER)) + 2 * 60 * 1000)
