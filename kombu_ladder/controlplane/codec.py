@@ -21,7 +21,7 @@ __all__ = [
     "MAX_ENTRIES", "MAX_SMALL_BYTES", "MAX_BYTES", "KEYS", "REASONS",
     "RecordError", "UnknownRecord", "ForgedRecord",
     "Cancellation", "Cancel", "Entry", "Entries", "Adoption", "Marker", "Record", "Format", "FORMATS",
-    "encode", "decode", "load_object", "millis", "check_id", "pack_ids",
+    "encode", "decode", "kind_of", "load_object", "millis", "check_id", "pack_ids",
 ]
 
 #: The version every kind is written with today (each kind's :class:`Format` lists those it reads).
@@ -373,6 +373,18 @@ FORMATS: dict[str, Format] = {f.kind: f for f in (
     Format(MARKER.name, Marker, frozenset({VERSION}), MAX_SMALL_BYTES, _write_marker, _read_marker),
 )}
 _BY_TYPE = {f.type: f for f in FORMATS.values()}
+
+
+def kind_of(record: Record) -> str:
+    """The ``ladder`` field of ``record``.
+
+    Raises:
+        TypeError: it is no control-plane record.
+    """
+    found = _BY_TYPE.get(type(record))
+    if found is None:
+        raise TypeError(f"not a control-plane record: {type(record).__name__}")
+    return found.kind
 
 
 def encode(record: Record) -> bytes:

@@ -30,9 +30,10 @@ stream, kind and reason) and logged rate-limited; no exception from one record e
 
 A stream deleted and declared again (a vhost re-created, a broker reset) is noticed when a reader goes on
 from its position: it first appends its marker and reads it from the stream's last chunk; at an offset below
-the position (RabbitMQ, asked for an offset past a new stream's end, may wait for it for ever), it logs :data:`W_RECREATED`, calls
-``on_reset`` (forget what was read from the old stream) and reads again from ``start``. A re-created stream
-that already holds more records than the position is not noticed (nothing tells the streams apart).
+the position (RabbitMQ, asked for an offset past a new stream's end, may wait for it for ever), it logs
+:data:`W_RECREATED`, calls ``on_reset`` (forget what was read from the old stream) and reads again from
+``start``. A re-created stream that already holds more records than the position is not noticed (nothing tells
+the streams apart).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from .. import link
 from ..link import CONNECTION_ERRORS, close_quietly
 from ..notices import Notices
 from ..text import escape
-from .codec import Marker, Record, RecordError, decode, encode
+from .codec import Marker, RecordError, decode, encode
 from .table import MARKER, READ_PREFETCH, READ_TIMEOUT
 
 __all__ = ["StreamReader", "ReadResult", "ReadError", "StreamMissing", "NotReadToEnd", "Skips", "SKIPS",

@@ -14,13 +14,11 @@ from ..cancellation.records import (
     READ_BACK_MS,
     STREAM,
     LiveSet,
-    RecordError,
     cancelled_id,
-    decode,
-    encode_marker,
     read_from,
 )
-from ..controlplane import MARKER, READ_PREFETCH, READ_TIMEOUT, accepts
+from ..controlplane import MARKER, READ_PREFETCH, READ_TIMEOUT
+from ..controlplane.codec import Cancel, Marker, RecordError, decode, encode
 from ..link import CONNECTION_ERRORS
 from ..notices import Notices
 from ..text import escape
@@ -98,7 +96,7 @@ class CancelWatch:
             channel.basic_qos(0, RECORD_PREFETCH, False)
             channel.basic_consume(STREAM, callback=self._on_record, no_ack=False,
                                   arguments={"x-stream-offset": self.read_from()})
-            marker = encode_marker(self._token, at=int(self.clock() * 1000))
+            marker = encode(Marker(self._token, int(self.clock() * 1000)))
             link.publish(channel, link.RawMessage(marker, b"\x00\x00"), MARKER.exchange, STREAM)
         except CONNECTION_ERRORS:
             if self._channel is None:  # the broker closed the stream's channel (a 403, say): _closed said why
@@ -150,18 +148,16 @@ class CancelWatch:
     def _read(self, body: bytes, exchange: Any = None) -> None:
         self.read += 1
         try:
-            record = decode(body)
-            if not accepts(record.kind, exchange):
-                raise RecordError(f"a {record.kind!r} record written through the exchange {exchange!r:.60}, "
-                                  f"not its own")
+            record = decode(body, exchange)
         except RecordError as exc:
             self.skipped += 1
             self.notices.warn("cancellation record", W_BAD_RECORD, STREAM, escape(exc))
             return
         now = int(self.clock() * 1000)
-        if record.kind == "cancel":
-            self.live.add(record, now)
-        elif record.id == self._token and self._on_ready is not None:
+        if isinstance(record, Cancel):  # one id or a batch
+            for each in record.each():
+                self.live.add(each, now)
+        elif isinstance(record, Marker) and record.token == self._token and self._on_ready is not None:
             self.live.prune(now, force=True)
             logger.info(I_CAUGHT_UP, len(self.live), STREAM)
             self._ready()
