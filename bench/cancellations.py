@@ -14,7 +14,9 @@ from typing import Any
 
 import amqp
 
-from kombu_ladder.cancellation.records import STREAM, LiveSet, decode, encode
+from kombu_ladder.cancellation.records import STREAM, LiveSet, encode
+from kombu_ladder.controlplane import CANCEL
+from kombu_ladder.controlplane.codec import decode
 from kombu_ladder.contract import CONTROL
 from kombu_ladder.controlplane import CANCEL, declare_control_plane
 from kombu_ladder.relay import Relay
@@ -29,7 +31,8 @@ __all__ = ["memory", "start_time", "start_bounded", "hop_ratio", "run"]
 def memory(n: int) -> dict[str, Any]:
     """Bytes the pure live set takes per cancellation (36-character UUID ids, as Celery's task ids)."""
     now = int(time.time() * 1000)
-    records = [decode(encode(str(uuid.uuid4()), at=now, due=now + 3_600_000)) for _ in range(n)]
+    records = [decode(encode(str(uuid.uuid4()), at=now, due=now + 3_600_000), CANCEL.exchange).each()[0]
+               for _ in range(n)]
     gc.collect()
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]

@@ -22,7 +22,7 @@ __all__ = [
     "RecordError", "UnknownRecord", "ForgedRecord",
     "Cancellation", "Cancel", "Entry", "Entries", "Adoption", "Marker", "Part", "Seal", "LiveEntry", "Record",
     "Format", "FORMATS", "MAX_PART_BYTES", "MAX_PART_ENTRIES", "MAX_PARTS",
-    "encode", "decode", "load_object", "millis", "check_id", "pack_ids",
+    "encode", "decode", "kind_of", "load_object", "millis", "check_id", "pack_ids",
 ]
 
 #: The version every kind is written with today (each kind's :class:`Format` lists those it reads).
@@ -445,6 +445,18 @@ FORMATS: dict[str, Format] = {f.kind: f for f in (
     Format(SEAL.name, Seal, frozenset({VERSION}), MAX_SMALL_BYTES, _write_seal, _read_seal),
 )}
 _BY_TYPE = {f.type: f for f in FORMATS.values()}
+
+
+def kind_of(record: Record) -> str:
+    """The ``ladder`` field of ``record``.
+
+    Raises:
+        TypeError: it is no control-plane record.
+    """
+    found = _BY_TYPE.get(type(record))
+    if found is None:
+        raise TypeError(f"not a control-plane record: {type(record).__name__}")
+    return found.kind
 
 
 def encode(record: Record) -> bytes:

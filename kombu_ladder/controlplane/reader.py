@@ -29,10 +29,11 @@ is handed on twice. A record that is not valid (:class:`~kombu_ladder.controlpla
 stream, kind and reason) and logged rate-limited; no exception from one record escapes but a lost connection.
 
 A stream deleted and declared again (a vhost re-created, a broker reset) is noticed when a reader goes on
-from its position and the stream holds fewer records (RabbitMQ would wait for that offset), or when the
-reader's own marker comes back at an offset below it: it logs :data:`W_RECREATED`, calls
-``on_reset`` (forget what was read from the old stream) and reads again from ``start``. A re-created stream
-that already holds more records than the position is not noticed (nothing tells the streams apart).
+from its position: it first appends its marker and reads it from the stream's last chunk; at an offset below
+the position (RabbitMQ, asked for an offset past a new stream's end, may wait for it for ever), it logs
+:data:`W_RECREATED`, calls ``on_reset`` (forget what was read from the old stream) and reads again from
+``start``. A re-created stream that already holds more records than the position is not noticed (nothing tells
+the streams apart).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from .. import link
 from ..link import CONNECTION_ERRORS, close_quietly
 from ..notices import Notices
 from ..text import escape
-from .codec import Marker, Record, RecordError, decode, encode
+from .codec import Marker, RecordError, decode, encode
 from .table import MARKER, READ_PREFETCH, READ_TIMEOUT
 
 __all__ = ["StreamReader", "ReadResult", "ReadError", "StreamMissing", "NotReadToEnd", "Skips", "SKIPS",
@@ -186,7 +187,7 @@ class StreamReader:
         self._channel: Any = None
         self._tag: Optional[str] = None
         self._token = ""
-        self._resumed_from: Optional[int] = None
+        self._probing = False
         self._deadline = 0.0
         self._taken = self._acked = 0
         self._on_record: OnRecord = _nothing
@@ -214,29 +215,72 @@ class StreamReader:
         self._consume(offset)
 
     def _consume(self, offset: Optional[Offset]) -> None:
+        channel = self._channel
+        channel.basic_qos(0, self.prefetch, False)
         if offset is None and self.position:
-            offset = self._resume_at(self.position)
-        if offset is None:
-            offset = self.position if self.position is not None else self._policy()
-        self._resumed_from = offset if isinstance(offset, int) and offset > 0 else None
+            # Going on from a position: first make sure the stream is the one it was read from. A marker is
+            # appended and read from the stream's last chunk: at an offset below the position, the stream is
+            # a new one (RabbitMQ, asked for an offset past a new stream's end, may wait for it forever).
+            self._probing = True
+            self.mark()
+            self._tag = self._subscribe(self._on_probe, "last", wait=True)
+            return
+        self._follow(self._policy() if offset is None else offset, wait=True)
+        self.mark()
+
+    def _follow(self, offset: Offset, *, wait: bool) -> None:
+        """Consume from ``offset`` (records before :attr:`position` are then skipped as read already)."""
+        self._probing = False
         if isinstance(offset, int):
             self.position = offset
         elif offset == "first":
             self.position = 0
-        channel = self._channel
-        channel.basic_qos(0, self.prefetch, False)
-        self._tag = channel.basic_consume(self.stream, callback=self._on_message, no_ack=False,
-                                          arguments={OFFSET_ARGUMENT: offset})
-        self.mark()
+        else:
+            self.position = None
+        self._tag = self._subscribe(self._on_message, offset, wait=wait)
 
-    def _resume_at(self, position: int) -> Optional[int]:
-        """``position``, unless the stream now holds fewer records (deleted and declared again): then None, once
-        ``on_reset`` was called. RabbitMQ would wait for a record at ``position`` and never send a marker below it."""
-        _, count, _ = self._channel.queue_declare(self.stream, passive=True)
-        if count >= position:
-            return position
-        self._reset(count, position)
-        return None
+    def _subscribe(self, callback: Callable[[Any], None], offset: Offset, *, wait: bool) -> str:
+        """Start a consumer (inside a delivery's handling, ``wait=False``: nothing is read meanwhile)."""
+        tag = f"ladder-reader-{uuid.uuid4().hex[:12]}"
+        self._channel.basic_consume(self.stream, consumer_tag=tag, callback=callback, no_ack=False,
+                                    nowait=not wait, arguments={OFFSET_ARGUMENT: offset})
+        return tag
+
+    def _unsubscribe(self) -> None:
+        channel, tag, self._tag = self._channel, self._tag, None
+        if channel is not None and tag is not None:
+            channel.basic_cancel(tag, nowait=True)
+            link.link_for(channel).forget_consumer(channel, tag)
+
+    def _on_probe(self, message: Any) -> None:
+        """A delivery from the stream's last chunk: the marker just appended says where the stream ends."""
+        info = getattr(message, "delivery_info", None) or {}
+        try:
+            offset = self._offset(message)
+            if self._probing and offset is not None and self._is_mine(message.body, info.get("exchange")):
+                self._unsubscribe()
+                position = self.position or 0
+                if offset < position:
+                    self._reset(offset, position)
+                    self._follow(self._policy(), wait=False)
+                else:
+                    self._follow(position, wait=False)
+        except CONNECTION_ERRORS:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the boundary: no record stops a reader
+            self._skip(None, "malformed", f"{type(exc).__name__}: {escape(exc)}")
+        self._took(info.get("delivery_tag", 0))
+
+    def _is_mine(self, body: Any, exchange: Any) -> bool:
+        """Whether ``body`` is this reader's last marker."""
+        text = body.decode("utf-8", "replace") if isinstance(body, (bytes, bytearray)) else str(body)
+        if self._token not in text:
+            return False
+        try:
+            record = decode(body, exchange)
+        except RecordError:
+            return False
+        return isinstance(record, Marker) and record.token == self._token
 
     def _reset(self, end: int, position: int) -> None:
         logger.warning(W_RECREATED, self.stream, end, position, self._policy())
@@ -295,25 +339,31 @@ class StreamReader:
 
     def _on_message(self, message: Any) -> None:
         info = getattr(message, "delivery_info", None) or {}
-        tag = info.get("delivery_tag", 0)
         try:
             self._handle(message, info)
         except CONNECTION_ERRORS:
             raise
         except Exception as exc:  # noqa: BLE001 - the boundary: no record stops a reader
             self._skip(None, "malformed", f"{type(exc).__name__}: {escape(exc)}")
+        self._took(info.get("delivery_tag", 0))
+
+    def _took(self, tag: Any) -> None:
         if isinstance(tag, int) and tag > self._taken:
             self._taken = tag
         if self._taken - self._acked >= ACK_EVERY:
             self._ack()
 
+    def _offset(self, message: Any) -> Optional[int]:
+        """The delivery's stream offset (from the raw properties on a guarded channel)."""
+        if self._take_raw is not None:
+            return offset_from_raw(self._take_raw(self._channel) if self._channel is not None else None)
+        return _offset_of(_headers(message))
+
     def _handle(self, message: Any, info: dict[str, Any]) -> None:
-        raw = self._take_raw(self._channel) if self._take_raw is not None and self._channel is not None else None
-        offset = offset_from_raw(raw) if self._take_raw is not None else _offset_of(_headers(message))
+        offset = self._offset(message)
         body = message.body
         if offset is not None and self.position is not None and offset < self.position:
-            self._before_position(body, info.get("exchange"), offset)
-            return
+            return  # RabbitMQ starts at the chunk holding an offset: read already
         if offset is not None:
             self.position = offset + 1
         elif self.position is not None and self._take_raw is None:
@@ -333,31 +383,6 @@ class StreamReader:
             self._skip(exc.kind, exc.reason, escape(exc))
             return
         self.read += 1
-
-    def _before_position(self, body: Any, exchange: Any, offset: int) -> None:
-        """A record before the position (RabbitMQ starts at the chunk holding an offset): read already, unless it
-        is this reader's marker, at an offset below where it went on from: the stream is a new one."""
-        text = body.decode("utf-8", "replace") if isinstance(body, (bytes, bytearray)) else str(body)
-        if self._resumed_from is None or self._token not in text:
-            return
-        try:
-            record = decode(body, exchange)
-        except RecordError:
-            return
-        if isinstance(record, Marker) and record.token == self._token:
-            self._recreated(offset)
-
-    def _recreated(self, offset: int) -> None:
-        self._reset(offset, self._resumed_from or 0)
-        self._ack()
-        channel = self._channel
-        if self._tag is not None:
-            try:
-                channel.basic_cancel(self._tag)
-            finally:
-                link.link_for(channel).forget_consumer(channel, self._tag)
-        self._consume(self._policy())
-        self._resumed_from = None
 
     def _skip(self, kind: Optional[str], reason: str, why: str) -> None:
         self.skipped[reason] += 1

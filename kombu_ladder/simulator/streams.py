@@ -47,7 +47,9 @@ def start_offset(queue: SimQueue, arguments: Optional[dict[str, Any]]) -> int:
         moment = offset if offset.tzinfo else offset.replace(tzinfo=timezone.utc)
         since = int(moment.timestamp()) * 1000
         return next((i for i, m in enumerate(queue.log) if (m.appended_at or 0) >= since), len(queue.log))
-    return len(queue.log)  # "next", "last" (approximately) and what is not modelled
+    if offset == "last":  # RabbitMQ starts at the last chunk; here a chunk is one record
+        return max(0, len(queue.log) - 1)
+    return len(queue.log)  # "next" and what is not modelled
 
 
 def append(core: Any, queue: SimQueue, message: Stored) -> bool:

@@ -18,9 +18,9 @@ from kombu_ladder import declare, permissions
 from kombu_ladder.cancellation.stream import cancel_many
 from kombu_ladder.controlplane import SEAL, SNAPSHOT, SNAPSHOTS
 from kombu_ladder.controlplane.codec import Part, Seal, encode
+from kombu_ladder.controlplane.snapshots import Policy
 from kombu_ladder.link import RawMessage, link_for, publish
 from kombu_ladder.relay.cancelwatch import CancelWatch
-from kombu_ladder.controlplane.snapshots import Policy
 
 #: A policy that writes a snapshot after 10 records, in parts of 4 entries, with no spacing.
 SMALL = dict(every_records=10, every_ms=3_600_000, min_spacing_ms=0, part_entries=4, jitter=0.0)
