@@ -38,7 +38,7 @@ __all__ = ["PART_ENTRIES", "EVERY_RECORDS", "EVERY_MS", "MIN_SPACING_MS", "MAX_J
 #: Live cancellations per part: a part of 500 entries of 36-character ids is about 40 KB.
 PART_ENTRIES = 500
 #: Cancellation records appended after the newest complete snapshot that make a relay write the next one.
-EVERY_RECORDS = 10_000
+EVERY_RECORDS = 5_000
 #: The longest a relay goes without writing a snapshot (ms), records or none: the snapshot stream keeps six
 #: hours, and a start looks back :data:`WINDOWS_MS`.
 EVERY_MS = 10 * 60 * 1000

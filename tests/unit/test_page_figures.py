@@ -88,6 +88,13 @@ class Bench:
                              f"{self.section} / {self.row} {list(self.columns)}: {cells}")
 
 
+def _snapshot_cap() -> int:
+    """The snapshot stream's byte cap, in MiB (the control plane's table)."""
+    from kombu_ladder.controlplane import SNAPSHOT_ARGUMENTS
+
+    return int(SNAPSHOT_ARGUMENTS["x-max-length-bytes"]) >> 20  # type: ignore[call-overload]
+
+
 @dataclass(frozen=True)
 class Code:
     """Computed: ``values()`` are the numbers of the phrase, in order; ``holds()``, if given, is a claim."""
@@ -255,6 +262,8 @@ FIGURES: tuple[Figure, ...] = (
     Figure("compatibility.rst", "-0.02 s to +1.5 s", Asserted("tests/celery_tier/test_celery_native_delayed.py")),
     # the relay's byte budget for held messages (issue 28)
     Figure("how.rst", "(64 MiB by default)", Code(lambda: [_plan().HOLD_BYTES >> 20])),
+    Figure("how.rst", "capped at 256 MiB", Code(lambda: [_snapshot_cap()])),
+    Figure("operations.rst", "(at most 256 MiB)", Code(lambda: [_snapshot_cap()])),
     Figure("how.rst", "(1 MiB before the first)", Code(lambda: [_relay_guess() >> 20])),
     Figure("guarantees.rst", "(64 MiB by default)", Code(lambda: [_plan().HOLD_BYTES >> 20])),
     Figure("guarantees.rst", "limited to 400 MB", Asserted("tests/broker/test_relay_memory.py")),
