@@ -15,10 +15,9 @@ from typing import Any
 import amqp
 
 from kombu_ladder.cancellation.records import STREAM, LiveSet, encode
-from kombu_ladder.controlplane import CANCEL
-from kombu_ladder.controlplane.codec import decode
 from kombu_ladder.contract import CONTROL
 from kombu_ladder.controlplane import CANCEL, declare_control_plane
+from kombu_ladder.controlplane.codec import decode
 from kombu_ladder.relay import Relay
 from kombu_ladder.relay.cancelwatch import READ_BACK_MS
 from kombu_ladder.topology import declare

@@ -19,6 +19,7 @@ from ..cancellation.records import (
 )
 from ..controlplane import MARKER, READ_PREFETCH, READ_TIMEOUT
 from ..controlplane.codec import Cancel, Marker, RecordError, decode, encode
+from ..controlplane.reader import SKIPS
 from ..link import CONNECTION_ERRORS
 from ..notices import Notices
 from ..text import escape
@@ -151,6 +152,7 @@ class CancelWatch:
             record = decode(body, exchange)
         except RecordError as exc:
             self.skipped += 1
+            SKIPS.count(STREAM, exc.kind, exc.reason)
             self.notices.warn("cancellation record", W_BAD_RECORD, STREAM, escape(exc))
             return
         now = int(self.clock() * 1000)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Optional
 
 from kombu import Producer
@@ -89,7 +90,8 @@ def test_a_deleted_and_declared_again_stream_is_read_from_its_start(ladder_backe
         _write(conn, [Cancel(("new-0",), at), Cancel(("new-1",), at)])
         resets: list[bool] = []
         seen.ids.clear()
-        result = reader.read_to_end(conn, on_record=seen, on_reset=lambda: resets.append(True))
+        with caplog.at_level(logging.WARNING, logger="kombu_ladder.controlplane"):
+            result = reader.read_to_end(conn, on_record=seen, on_reset=lambda: resets.append(True))
         assert result.reset and resets == [True] and reader.resets == 1
         assert seen.ids == ["new-0", "new-1"]
         assert "deleted and declared again" in caplog.text
