@@ -213,7 +213,7 @@ def test_a_refused_index_write_is_logged_and_the_move_goes_on(rabbit_vhost: str,
         Queue("index.target", durable=True)(blue.default_channel).declare()
         _schedule_tasks(blue, *(f"t-{i}" for i in range(5)))
         wait_for(lambda: depth(blue, "acemq.schedule.1h") == 5, 10, message="the publishes to arrive")
-        monkeypatch.setattr(writer, "encode_batch", refuse)
+        monkeypatch.setattr(writer, "write_records", refuse)
         with caplog.at_level(logging.WARNING, logger="kombu_ladder.index"):
             result = move(blue, green)
         assert (result.total, result.indexed, depth(blue, "acemq.schedule.1h")) == (5, 0, 0)
