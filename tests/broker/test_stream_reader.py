@@ -48,14 +48,19 @@ class _Ids:
         self.offsets.append(offset)
 
 
+def _read_new_stream(conn: Any, backend: Any, prefix: str, n: int) -> tuple[StreamReader, _Ids, Any]:
+    """A new cancellation stream holding ``n`` records, read to its end once: the reader, what it read, the result."""
+    _purge_stream(conn, CANCELLATIONS)
+    _write(conn, [Cancel((f"{prefix}-{i}",), int(backend.clock() * 1000)) for i in range(n)])
+    seen = _Ids()
+    reader = StreamReader(CANCELLATIONS, clock=backend.clock, timeout=20)
+    return reader, seen, reader.read_to_end(conn, on_record=seen)
+
+
 def test_a_reader_resumes_from_its_position_and_reads_no_record_twice(ladder_backend: Any) -> None:
     with ladder_backend.connection() as conn:
-        _purge_stream(conn, CANCELLATIONS)
+        reader, seen, first = _read_new_stream(conn, ladder_backend, "a", 5)
         at = int(ladder_backend.clock() * 1000)
-        _write(conn, [Cancel((f"a-{i}",), at) for i in range(5)])
-        seen = _Ids()
-        reader = StreamReader(CANCELLATIONS, clock=ladder_backend.clock, timeout=20)
-        first = reader.read_to_end(conn, on_record=seen)
         assert seen.ids == [f"a-{i}" for i in range(5)] and first.records == 5
         assert seen.offsets == sorted(seen.offsets) and None not in seen.offsets
         _write(conn, [Cancel((f"b-{i}",), at) for i in range(3)])
@@ -79,12 +84,8 @@ def test_a_batch_record_is_expanded_and_single_id_records_still_read(ladder_back
 
 def test_a_deleted_and_declared_again_stream_is_read_from_its_start(ladder_backend: Any, caplog: Any) -> None:
     with ladder_backend.connection() as conn:
-        _purge_stream(conn, CANCELLATIONS)
+        reader, seen, _ = _read_new_stream(conn, ladder_backend, "old", 20)
         at = int(ladder_backend.clock() * 1000)
-        _write(conn, [Cancel((f"old-{i}",), at) for i in range(20)])
-        seen = _Ids()
-        reader = StreamReader(CANCELLATIONS, clock=ladder_backend.clock, timeout=20)
-        reader.read_to_end(conn, on_record=seen)
         assert reader.position is not None and reader.position >= 21
         _purge_stream(conn, CANCELLATIONS)
         _write(conn, [Cancel(("new-0",), at), Cancel(("new-1",), at)])
