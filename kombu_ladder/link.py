@@ -17,6 +17,7 @@ from amqp.exceptions import RecoverableConnectionError
 __all__ = [
     "CONNECTION_ERRORS", "HEADER_OVERHEAD", "OnClose", "Schedule", "RawMessage", "sends_encoded", "Guard", "Link",
     "AmqpLink", "link_for", "transport_link", "clock_of", "sibling", "publish", "discard", "close_quietly",
+    "drain_until",
 ]
 
 logger = logging.getLogger("kombu_ladder")
@@ -289,3 +290,21 @@ def close_quietly(channel: Any) -> None:
         channel.close()
     except Exception:  # noqa: BLE001 - a dead channel or connection has nothing to close
         logger.debug("closing a channel failed (it was gone already)", exc_info=True)
+
+
+def drain_until(connection: Any, done: Callable[[], bool], timeout: float,
+                every: Optional[Callable[[], None]] = None) -> bool:
+    """Handle ``connection``'s events until ``done()`` (True), or until ``timeout`` seconds have passed (False);
+    ``every()`` runs after each wait of at most a second."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        try:
+            connection.drain_events(timeout=min(left, 1.0))
+        except TimeoutError:  # socket.timeout is TimeoutError
+            pass
+        if every is not None:
+            every()
+    return True

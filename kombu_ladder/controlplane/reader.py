@@ -405,17 +405,9 @@ class StreamReader:
         deadline = time.monotonic() + self.timeout
         self._open(connection, deadline, on_record, on_reset)
         try:
-            while not self.caught_up:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise NotReadToEnd(f"{self.stream} was not read to its end within {self.timeout:g} s "
-                                       f"({self.read - read} record(s) read; reading again goes on from there)")
-                try:
-                    connection.drain_events(timeout=min(left, 1.0))
-                except TimeoutError:  # socket.timeout is TimeoutError
-                    pass
-                self._ack()
-                self.notices.flush()
+            if not link.drain_until(connection, lambda: self.caught_up, deadline - time.monotonic(), self._ack):
+                raise NotReadToEnd(f"{self.stream} was not read to its end within {self.timeout:g} s "
+                                   f"({self.read - read} record(s) read; reading again goes on from there)")
         finally:
             self.close()
             self.notices.flush()

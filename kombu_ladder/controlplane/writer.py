@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any, Sequence
 
 from ..carry import confirming
-from ..link import close_quietly
+from ..link import close_quietly, drain_until
 from .codec import Record, encode, kind_of
 from .table import KINDS
 
@@ -63,16 +62,9 @@ def write_bodies(connection: Any, exchange: str, stream: str, bodies: Sequence[b
             message = channel.prepare_message(body, content_type="application/json", content_encoding="utf-8",
                                               properties={"delivery_mode": 2})
             type(channel).basic_publish(channel, message, exchange=exchange, routing_key=stream, mandatory=True)
-        deadline = time.monotonic() + timeout
-        while acked[0] < len(bodies):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise WriteRefused(f"the broker did not confirm {len(bodies) - acked[0]} record(s) for {stream} "
-                                   f"within {timeout:g} s")
-            try:
-                connection.drain_events(timeout=min(left, 1.0))
-            except TimeoutError:
-                continue
+        if not drain_until(connection, lambda: acked[0] >= len(bodies), timeout):
+            raise WriteRefused(f"the broker did not confirm {len(bodies) - acked[0]} record(s) for {stream} "
+                               f"within {timeout:g} s")
         if refused:
             raise WriteRefused(f"the broker refused records for {stream} ({'; '.join(refused[:3])})")
     finally:

@@ -20,9 +20,9 @@ import pytest
 from kombu import Connection, Queue
 
 from kombu_ladder import LadderProducer
+from kombu_ladder.controlplane.codec import Marker, encode
 from kombu_ladder.index import IndexStore, sync
 from kombu_ladder.index.records import STREAM as INDEX
-from kombu_ladder.controlplane.codec import Marker, encode
 
 from .conftest import PrivateNode
 from .faultkit import wait_until

@@ -8,8 +8,7 @@ import pytest
 
 from kombu_ladder.cancellation import records
 from kombu_ladder.cancellation.records import LiveSet, Record, RecordError, encode
-from kombu_ladder.controlplane import CANCEL, MARKER
-from kombu_ladder.controlplane import codec
+from kombu_ladder.controlplane import CANCEL, MARKER, codec
 from kombu_ladder.controlplane.codec import Marker
 
 NOW = 1_800_000_000_000

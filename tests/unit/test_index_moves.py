@@ -9,9 +9,9 @@ import pytest
 
 from kombu_ladder.cancellation.records import LIFE, SLACK
 from kombu_ladder.contract import DUE_AT, TARGET_EXCHANGE, TARGET_ROUTING_KEY
-from kombu_ladder.index import Filter, IndexStore
 from kombu_ladder.controlplane import ENTRY
 from kombu_ladder.controlplane.codec import decode as decode_record
+from kombu_ladder.index import Filter, IndexStore
 from kombu_ladder.index.records import Entry, encode_batch, entry_of
 
 pytestmark = pytest.mark.unit

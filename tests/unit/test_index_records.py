@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 
 from kombu_ladder.cancellation.records import SLACK
-from kombu_ladder.controlplane import ENTRY
-from kombu_ladder.controlplane import codec
+from kombu_ladder.controlplane import ENTRY, codec
 from kombu_ladder.index import Filter, IndexStore, parse_when
 from kombu_ladder.index.query import group_sql, hour_label
 from kombu_ladder.index.records import (
