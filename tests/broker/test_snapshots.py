@@ -88,8 +88,11 @@ class Watch:
         self.connection.release()
 
 
-def _ids(prefix: str, count: int) -> list[str]:
-    return [f"{prefix}-{n}-{uuid.uuid4().hex[:6]}" for n in range(count)]
+def _cancel(backend: Any, conn: Connection, prefix: str, count: int) -> list[str]:
+    """Cancel ``count`` new ids (``cancel_many``: batch records); return them."""
+    ids = [f"{prefix}-{n}-{uuid.uuid4().hex[:6]}" for n in range(count)]
+    cancel_many(conn, ids, clock=backend.clock)
+    return ids
 
 
 def _records(ids: list[str]) -> int:
@@ -116,13 +119,11 @@ def _write(connection: Connection, records: list[tuple[bytes, str]]) -> None:
 def test_a_start_loads_the_newest_snapshot_and_reads_only_the_records_after_it(backend: Any) -> None:
     with backend.connection() as conn:
         declare(conn)
-        early = _ids("early", 25)
-        cancel_many(conn, early, clock=backend.clock)
+        early = _cancel(backend, conn, "early", 25)
         first = Watch(backend)
         seal = first.snapshot_written()
         assert first.watch.written == 1 and seal.parts == 7  # 25 live in parts of 4
-        late = _ids("late", 3)
-        cancel_many(conn, late, clock=backend.clock)
+        late = _cancel(backend, conn, "late", 3)
         first.until(lambda: len(_cancelled(first.watch, late)) == 3, "the late records read")
         first.close()
         second = Watch(backend)
@@ -138,8 +139,7 @@ def test_a_start_loads_the_newest_snapshot_and_reads_only_the_records_after_it(b
 def test_a_start_without_a_snapshot_reads_back_and_then_writes_one(backend: Any) -> None:
     with backend.connection() as conn:
         declare(conn)
-        ids = _ids("back", 5)
-        cancel_many(conn, ids, clock=backend.clock)
+        ids = _cancel(backend, conn, "back", 5)
         watch = Watch(backend)
         try:
             assert watch.watch.loaded is None
@@ -153,8 +153,7 @@ def test_a_start_without_a_snapshot_reads_back_and_then_writes_one(backend: Any)
 def test_an_incomplete_snapshot_is_ignored(backend: Any) -> None:
     with backend.connection() as conn:
         declare(conn)
-        ids = _ids("kept", 6)
-        cancel_many(conn, ids, clock=backend.clock)
+        ids = _cancel(backend, conn, "kept", 6)
         first = Watch(backend)
         seal = first.snapshot_written()
         first.close()
@@ -177,8 +176,7 @@ def test_an_incomplete_snapshot_is_ignored(backend: Any) -> None:
 def test_a_snapshot_forged_through_the_default_exchange_is_refused(backend: Any) -> None:
     with backend.connection() as conn:
         declare(conn)
-        ids = _ids("forged", 4)
-        cancel_many(conn, ids, clock=backend.clock)
+        ids = _cancel(backend, conn, "forged", 4)
         now = int(backend.clock() * 1000)
         forged = [Part("forged", 0, ()), Seal("forged", 1, 10_000, now)]  # would skip every record, cancel nothing
         _write(conn, [(encode(r), "") for r in forged]
@@ -195,16 +193,14 @@ def test_a_snapshot_forged_through_the_default_exchange_is_refused(backend: Any)
 def test_a_reconnect_goes_on_from_the_last_record_read(backend: Any) -> None:
     with backend.connection() as conn:
         declare(conn)
-        before = _ids("before", 12)
-        cancel_many(conn, before, clock=backend.clock)
+        before = _cancel(backend, conn, "before", 12)
         watch = Watch(backend)
         try:
             watch.snapshot_written()
             loaded, read, position = watch.watch.loaded, watch.watch.cancellations.read, watch.watch.position
             assert position is not None
             watch.connection.release()  # the connection is lost
-            after = _ids("after", 2)
-            cancel_many(conn, after, clock=backend.clock)
+            after = _cancel(backend, conn, "after", 2)
             watch.connection = backend.connection()
             watch.start()
             assert watch.watch.loaded == loaded  # nothing reloaded
