@@ -244,6 +244,7 @@ def _cancellations_table(data: dict[str, Any]) -> list[str]:
         f"| memory, {memory['n']:,} live cancellations | {memory['mib']} MiB ({memory['bytes_per_id']} bytes each) |",
         f"| relay start, {start['n']:,} records | {start['seconds']} s ({start['records_per_s']:,} records/s) |",
         *_bounded_row(data.get("bounded")),
+        *_snapshot_rows(data.get("snapshots")),
         f"| hops/s, none / {hops['live']:,} live | {hops['hops_per_s_none']:,} / {hops['hops_per_s_live']:,} "
         f"(ratio {hops['ratio']}) |",
     ]
@@ -255,6 +256,20 @@ def _bounded_row(bounded: Any) -> list[str]:
         return []
     return [f"| relay start, {bounded['old'] + bounded['live']:,} records ever written, {bounded['live']:,} of them "
             f"within its read-back | {bounded['seconds']} s ({bounded['kept']:,} live kept) |"]
+
+
+def _snapshot_rows(snapshots: Any) -> list[str]:
+    """The relay's start from a snapshot, its reconnect and the read-back start of the same run (none: not run)."""
+    if not snapshots or "error" in snapshots:
+        return []
+    written = (f"{snapshots['records']:,} records written in the last hour, {snapshots['live']:,} live, "
+               f"{snapshots['after_snapshot']:,} of them after the newest snapshot")
+    return [f"| relay start from a snapshot, {written} | {snapshots['start_s']} s (median of "
+            f"{len(snapshots['starts_s'])}: {', '.join(str(s) for s in snapshots['starts_s'])}) |",
+            f"| relay reconnect, the same stream | {snapshots['reconnect_s']} s (median of "
+            f"{len(snapshots['reconnects_s'])}) |",
+            f"| relay start reading the last day back (no snapshot), the same stream | {snapshots['old_start_s']} s "
+            f"({snapshots['old_kept']:,} live kept) |"]
 
 
 def _index_table(data: dict[str, Any]) -> list[str]:

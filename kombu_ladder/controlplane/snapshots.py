@@ -11,9 +11,11 @@ the newest complete.
 **The start bound.** Relays write a snapshot once :data:`EVERY_RECORDS` cancellation records (times the
 relay's jitter, at most ``1 + MAX_JITTER``) were appended after the newest complete snapshot they know, and
 at least every :data:`EVERY_MS` (times the jitter), but never within :data:`MIN_SPACING_MS` of the previous
-one. So, while a relay runs, a start reads at most ``EVERY_RECORDS * (1 + MAX_JITTER)`` records after the
-snapshot it loads, plus those appended during the :data:`MIN_SPACING_MS` after a burst and while a snapshot
-is being written (a few ticks). With no relay running, nothing is written, and the first start reads
+one (both times per :data:`SIZE_UNIT` live cancellations, at most :data:`MAX_EVERY_MS`). So, while a relay
+runs, a start reads at most ``EVERY_RECORDS * (1 + MAX_JITTER)`` records after the
+snapshot it loads, plus those appended during the spacing after a burst and while a snapshot is being
+written (a few ticks); and the first place it looks holds a complete snapshot (the time rule), so it reads
+few snapshots. With no relay running, nothing is written, and the first start reads
 back as far as a snapshot-less start does.
 
 **Several relays.** Each keeps reading the snapshot stream after its start; a seal written by another relay
@@ -32,31 +34,39 @@ from typing import Any, Optional, Union
 from .codec import LiveEntry, Part, Seal
 from .codec import encode as encode_record
 
-__all__ = ["PART_ENTRIES", "EVERY_RECORDS", "EVERY_MS", "MIN_SPACING_MS", "MAX_JITTER", "WINDOWS_MS", "Snapshot",
+__all__ = ["PART_ENTRIES", "EVERY_RECORDS", "EVERY_MS", "MIN_SPACING_MS", "SIZE_UNIT", "MAX_EVERY_MS", "MAX_JITTER",
+           "WINDOWS_MS", "Snapshot",
            "encode", "Chooser", "Policy", "windows_ms"]
 
 #: Live cancellations per part: a part of 500 entries of 36-character ids is about 40 KB.
 PART_ENTRIES = 500
 #: Cancellation records appended after the newest complete snapshot that make a relay write the next one.
 EVERY_RECORDS = 5_000
-#: The longest a relay goes without writing a snapshot (ms), records or none: the snapshot stream keeps six
-#: hours, and a start looks back :data:`WINDOWS_MS`.
-EVERY_MS = 10 * 60 * 1000
-#: The shortest time between two snapshots (ms): in a burst of cancellations, one every 15 s at most.
+#: The longest a relay goes without writing a snapshot (ms), records or none, per :data:`SIZE_UNIT` live
+#: cancellations: a start's first look back (:data:`WINDOWS_MS`) then always holds one while a relay runs.
+EVERY_MS = 60 * 1000
+#: The shortest time between two snapshots (ms) per :data:`SIZE_UNIT` live cancellations: in a burst of
+#: cancellations, one every 15 s at most (with 10,000 live or fewer).
 MIN_SPACING_MS = 15 * 1000
+#: Both times above grow with the live set, in steps of this many live cancellations (a snapshot of 10,000 is
+#: about 800 KB), up to :data:`MAX_EVERY_MS`: what relays write stays under about 3 MB a minute.
+SIZE_UNIT = 10_000
+#: The longest a relay goes without writing a snapshot, however big: a start's second look back holds one.
+MAX_EVERY_MS = 10 * 60 * 1000
 #: Each relay's thresholds are the ones above times ``1 + random.uniform(0, MAX_JITTER)``.
 MAX_JITTER = 0.25
 
 
-def windows_ms(min_spacing_ms: int, every_ms: int) -> tuple[int, int]:
-    """How far back (ms) a start reads the snapshot stream, in turn until it finds a complete snapshot: four
-    spacings first (during a burst, where a snapshot comes every spacing, so few are read), then past the
-    longest time between two snapshots. Without one in either, the start reads the cancellations back."""
-    return (4 * max(min_spacing_ms, 1000), int(every_ms * (1 + MAX_JITTER)) + 2 * 60 * 1000)
+def windows_ms(every_ms: int) -> tuple[int, int]:
+    """How far back (ms) a start reads the snapshot stream, in turn until it finds a complete snapshot: past the
+    longest time between two snapshots of a live set up to :data:`SIZE_UNIT` first (few are read), then past
+    :data:`MAX_EVERY_MS`. Without one in either, the start reads the cancellations back."""
+    return (int(min(every_ms, MAX_EVERY_MS) * (1 + MAX_JITTER)) + 45 * 1000,
+            int(max(every_ms, MAX_EVERY_MS) * (1 + MAX_JITTER)) + 2 * 60 * 1000)
 
 
 #: The windows of the default policy.
-WINDOWS_MS = windows_ms(MIN_SPACING_MS, EVERY_MS)
+WINDOWS_MS = windows_ms(EVERY_MS)
 
 
 @dataclass(frozen=True)
@@ -196,21 +206,24 @@ class Policy:
         except ValueError as exc:
             raise ValueError(f"the LADDER_SNAPSHOT_* variables: {exc}") from None
 
-    def due(self, *, records: Optional[int], since_ms: Optional[int]) -> bool:
+    def due(self, *, records: Optional[int], since_ms: Optional[int], live: int = 0) -> bool:
         """Whether to write a snapshot now.
 
         Arguments:
             records: cancellation records appended after the newest complete snapshot known (None: none known).
             since_ms: ms since that snapshot was sealed, or since this relay's last attempt if later (None: never).
+            live: the live cancellations the snapshot would hold (the times grow with it: :data:`SIZE_UNIT`).
         """
         factor = 1.0 + self.jitter
-        if since_ms is not None and since_ms < self.min_spacing_ms:
+        size = max(1.0, live / SIZE_UNIT)
+        every = min(self.every_ms * size, max(self.every_ms, MAX_EVERY_MS))
+        if since_ms is not None and since_ms < min(self.min_spacing_ms * size, every):
             return False
         if records is None or since_ms is None:
             return True
-        return records >= self.every_records * factor or since_ms >= self.every_ms * factor
+        return records >= self.every_records * factor or since_ms >= every * factor
 
     def windows_ms(self) -> tuple[int, int]:
         """How far back a start reads the snapshot stream, in turn (see :data:`WINDOWS_MS`)."""
-        return windows_ms(self.min_spacing_ms, self.every_ms)
+        return windows_ms(self.every_ms)
 

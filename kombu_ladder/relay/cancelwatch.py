@@ -429,7 +429,7 @@ class CancelWatch:
         known = self._known
         records = None if known is None else position - known.covers
         since = None if self._known_ms is None else now - self._known_ms
-        if not self.policy.due(records=records, since_ms=since) or not self._open_out():
+        if not self.policy.due(records=records, since_ms=since, live=len(self.live)) or not self._open_out():
             return None
         self._known_ms = now  # an attempt counts for the spacing, whatever becomes of it
         self.live.prune(now, force=True)

@@ -9,7 +9,17 @@ import pytest
 from kombu_ladder.cancellation.records import LiveSet, Record
 from kombu_ladder.controlplane import MARKER, SEAL, SNAPSHOT
 from kombu_ladder.controlplane.codec import ForgedRecord, Part, RecordError, Seal, decode, encode
-from kombu_ladder.controlplane.snapshots import MAX_JITTER, Chooser, Policy, Snapshot, windows_ms
+from kombu_ladder.controlplane.snapshots import (
+    EVERY_MS,
+    MAX_EVERY_MS,
+    MAX_JITTER,
+    MIN_SPACING_MS,
+    SIZE_UNIT,
+    Chooser,
+    Policy,
+    Snapshot,
+    windows_ms,
+)
 from kombu_ladder.controlplane.snapshots import encode as encode_snapshot
 
 pytestmark = pytest.mark.unit
@@ -172,8 +182,21 @@ def test_the_jitter_scales_both_thresholds_within_its_bound() -> None:
 
 
 def test_the_windows_reach_past_the_longest_time_between_two_snapshots() -> None:
-    short, long = windows_ms(15_000, 600_000)
-    assert short == 60_000 and long > 600_000 * (1 + MAX_JITTER)
+    short, long = windows_ms(EVERY_MS)
+    assert short > EVERY_MS * (1 + MAX_JITTER) and long > MAX_EVERY_MS * (1 + MAX_JITTER)
+    policy = Policy(jitter=MAX_JITTER)
+    for live in (0, SIZE_UNIT, 3 * SIZE_UNIT, 1000 * SIZE_UNIT):  # by time alone, a snapshot is in the window
+        window = short if live <= SIZE_UNIT else long
+        assert policy.due(records=0, since_ms=window - 45_000, live=live)
+
+
+def test_the_times_grow_with_the_live_set_up_to_a_bound() -> None:
+    policy = Policy(every_records=100, jitter=0.0)
+    assert not policy.due(records=10 ** 6, since_ms=2 * MIN_SPACING_MS - 1, live=2 * SIZE_UNIT)  # spacing x2
+    assert policy.due(records=10 ** 6, since_ms=2 * MIN_SPACING_MS, live=2 * SIZE_UNIT)
+    assert not policy.due(records=0, since_ms=3 * EVERY_MS - 1, live=3 * SIZE_UNIT)
+    assert policy.due(records=0, since_ms=3 * EVERY_MS, live=3 * SIZE_UNIT)
+    assert policy.due(records=0, since_ms=MAX_EVERY_MS, live=10 ** 7)  # however big
 
 
 @pytest.mark.parametrize("variable,value,message", [
