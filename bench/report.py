@@ -375,7 +375,10 @@ def render(results: dict[str, Any], meta: dict[str, Any], plot: Optional[str],
          "Memory of the pure live set (36-character ids); a relay's start with that many records in "
          "`ladder.cancellations` (until it consumes the control queue), all of them within what a relay reads "
          "back, and then with most of them older than that (the relay's clock set ahead past them, as a relay "
-         "starting a day later would be); hop throughput with 100,000 live "
+         "starting a day later would be); a relay's start from a snapshot with 1,000,000 records written in the "
+         "last hour while a relay ran (10,000 live, the rest for messages due days ago), at the worst moment "
+         "between two snapshots, its reconnect, and the start reading the last day back on the same stream; "
+         "hop throughput with 100,000 live "
          "cancellations (none matching) against none, in two vhosts measured in turn, medians of 5 rounds."),
         ("## 7. Round delays with a lagging broker", "rounds", _rounds_table,
          "One `LadderProducer.publish(countdown=)` per round delay on the simulator (no broker, virtual time), "
