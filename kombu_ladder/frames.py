@@ -6,9 +6,9 @@ end octet) and sets the socket's timeout twice around each, and writes each meth
 ``sendall`` of its own. A relay moving a few thousand messages a second spends a good part of its CPU in
 those system calls. :func:`read_in_bulk` puts a :class:`BulkFrames` on a connection: it reads what the
 socket holds (up to :data:`CHUNK` bytes) at once and hands out the frames from that buffer, and the
-methods written while a frame that is not the last one buffered is handled are sent together, in the
-order they were written, before the last buffered frame's handling returns (or before anything else is
-written, or before the socket is read again).
+methods written while those frames are handled are sent together, in the order they were written, once
+the last buffered frame's handling returns (or before anything else is written, or before the socket is
+read again).
 
 Only a loop that keeps calling ``drain_events`` while frames are buffered may use it (the relay's own
 :meth:`~kombu_ladder.relay.driver.Relay.run`): an event loop that waits for the socket to be readable
@@ -49,8 +49,8 @@ class BulkFrames:
 
     Frames come out exactly as py-amqp's ``read_frame`` gives them (type, channel, payload bytes), in
     order; a read the socket's timeout cuts short keeps what arrived. Bytes written while a frame is
-    handled and another complete one waits in the buffer are kept, in order, and sent with one
-    ``sendall`` once no complete frame is left, or before any write made elsewhere, or before a ``recv``.
+    handled are kept, in order, and sent with one ``sendall`` once a frame's handling ends with no
+    complete frame left in the buffer, or before any write made elsewhere, or before a ``recv``.
     """
 
     def __init__(self, connection: Any) -> None:
@@ -65,7 +65,7 @@ class BulkFrames:
         transport._read_buffer = b""
         #: Bytes written while frames were being handled, waiting for one ``sendall``.
         self._out: list[bytes] = []
-        #: Whether a frame is being handled while another complete one waits (writes are kept meanwhile).
+        #: Whether a frame is being handled (writes are kept meanwhile).
         self._corked = False
         self._blocking_read = connection.blocking_read
 
@@ -145,18 +145,18 @@ class BulkFrames:
             self.flush()
             with self.transport.having_timeout(timeout):
                 frame = self.read_frame()
-        self._corked = self._complete()
+        outer, self._corked = self._corked, True
         try:
             return self.connection.on_inbound_frame(frame)
         finally:
-            self._corked = False
-            if not self._complete():
+            self._corked = outer  # a frame read inside another's handling (a wait for a reply) leaves it corked
+            if not outer and not self._complete():
                 self.flush()
 
     # -- writing -----------------------------------------------------------------------
 
     def _write(self, data: Any) -> None:
-        """The transport's socket write: kept while a frame is handled and another waits, else sent at once."""
+        """The transport's socket write: kept while a frame is handled, else sent at once (after what was kept)."""
         if self._corked:
             self._out.append(bytes(data))  # py-amqp writes from a buffer it reuses: keep a copy
             return
