@@ -127,11 +127,8 @@ class BulkFrames:
                         raise
                     if not self._buf and self.transport.raise_on_initial_eintr:
                         raise socket.timeout() from exc
-        except socket.timeout:
-            raise
         except OSError as exc:
-            if exc.errno not in _UNAVAILABLE:
-                self.transport.connected = False
+            self._failed(exc)
             raise
         if not chunk:
             self.transport.connected = False
@@ -174,12 +171,14 @@ class BulkFrames:
         self._out = []
         try:
             self._sendall(out[0] if len(out) == 1 else b"".join(out))
-        except socket.timeout:
-            raise
         except OSError as exc:
-            if exc.errno not in _UNAVAILABLE:
-                self.transport.connected = False
+            self._failed(exc)
             raise
+
+    def _failed(self, exc: OSError) -> None:
+        """A socket error: the connection is down unless it was a timeout or a retry (as py-amqp reckons)."""
+        if not isinstance(exc, socket.timeout) and exc.errno not in _UNAVAILABLE:
+            self.transport.connected = False
 
 
 def read_in_bulk(connection: Any) -> Optional[BulkFrames]:
