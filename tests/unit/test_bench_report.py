@@ -143,7 +143,8 @@ def test_the_celery_panel_ends_past_the_ladder_and_native_tasks_not_at_vanilla_e
 def _burst(shape: str, kind: str, relays: int, rate: float, early: int = 0, **extra: Any) -> dict[str, Any]:
     return {"shape": shape, "kind": kind, "relays": relays, "expected": 1000, "arrived": 1000, "first": -900.0 if early
             else 2.0, "p50": 500.0, "p99": 2_000.0, "last": 3_000.0, "early": early, "rate": rate,
-            "ratio": rate / 20_000, "raw_ratio": rate / 1_000, "relay_cpu_us": 250.0, "broker_cpu_us": 90.0, "publish_to_due_s": 20.0, **extra}
+            "ratio": rate / 20_000, "raw_ratio": rate / 1_000, "relay_cpu_us": 250.0, "broker_cpu_us": 90.0,
+            "publish_to_due_s": 20.0, **extra}
 
 
 def _bursts(*, single: float, twins: float, early: int) -> dict[str, Any]:
