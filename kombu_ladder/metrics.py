@@ -6,6 +6,9 @@ import logging
 from importlib.util import find_spec
 from typing import Any, Callable, Iterator, Optional
 
+from .controlplane import KINDS
+from .controlplane.codec import REASONS as SKIP_REASONS
+from .controlplane.reader import SKIPS, Skips
 from .errors import LadderError, missing_extra
 from .observe import LATENESS_BUCKETS, REASONS
 
@@ -59,7 +62,13 @@ METRIC_NAMES: tuple[str, ...] = (
     "ladder_queue_sampled_timestamp_seconds",
     "ladder_queue_sample_errors_total",
     "ladder_cancellations_enforced",
+    "ladder_control_records_skipped_total",
 )
+
+#: Help text of ``ladder_control_records_skipped_total``.
+SKIPPED_HELP = ("Records of the control plane's streams this process skipped, by stream, kind and reason: malformed, "
+                "size (bigger than its kind allows), unknown (a kind or version this release does not read) or "
+                "exchange (not written through its kind's exchange: forged).")
 
 
 class MetricsError(LadderError):
@@ -80,15 +89,18 @@ class LadderCollector(Collector):
         enforcing: whether the relay enforces cancellations now (it reads ``ladder.cancellations``),
             exported as the gauge ``ladder_cancellations_enforced`` (1 or 0); see
             :func:`kombu_ladder.observe.cancellations_enforced`.
+        skips: the control-plane records skipped by this process's readers (default: every reader's,
+            :data:`kombu_ladder.controlplane.reader.SKIPS`), exported as ``ladder_control_records_skipped_total``.
     """
 
     def __init__(self, counters: Counters, sampler: Optional[QueueSampler] = None, *,
                  extra: Optional[Callable[[], dict[str, int]]] = None,
-                 enforcing: Optional[Callable[[], bool]] = None) -> None:
+                 enforcing: Optional[Callable[[], bool]] = None, skips: Skips = SKIPS) -> None:
         self.counters = counters
         self.sampler = sampler
         self.extra = extra
         self.enforcing = enforcing
+        self.skips = skips
 
     def collect(self) -> Iterator[Any]:
         counters = self.counters
@@ -106,6 +118,14 @@ class LadderCollector(Collector):
             yield GaugeMetricFamily("ladder_cancellations_enforced", "1 while the relay reads ladder.cancellations "
                                     "and drops cancelled messages, 0 while it cannot (cancelled messages are "
                                     "delivered).", value=1 if self.enforcing() else 0)
+        skipped = CounterMetricFamily("ladder_control_records_skipped", SKIPPED_HELP,
+                                      labels=["stream", "kind", "reason"])
+        counts = dict.fromkeys(((stream, kind.name, reason) for kind in KINDS for stream in kind.streams
+                                for reason in SKIP_REASONS), 0)  # every series, from zero
+        counts.update(self.skips.as_dict())
+        for (stream, kind_name, reason), count in sorted(counts.items()):
+            skipped.add_metric([stream, kind_name, reason], count)
+        yield skipped
         yield self._lateness()
         if self.sampler is not None:
             yield from self._queues(self.sampler)

@@ -4,26 +4,18 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from kombu import Connection, Consumer, Queue
 
-from .cancellation.records import (
-    CELERY_TASK_HEADER,
-    STREAM,
-    LiveSet,
-    RecordError,
-    cancelled_id,
-    decode,
-    encode_marker,
-    read_from,
-)
+from .cancellation.records import CELERY_TASK_HEADER, STREAM, LiveSet, cancelled_id, read_from
 from .cancellation.stream import cancel_many
 from .carry import bytes_of, confirming, prepare_copy
 from .contract import CONTROL, EXCHANGE, PARKING, rung_names
-from .controlplane import MARKER, READ_PREFETCH, READ_TIMEOUT, accepts
+from .controlplane import READ_TIMEOUT
+from .controlplane.codec import Cancel
+from .controlplane.reader import NotReadToEnd, StreamMissing, read_to_end
 from .envelope import strip_death
 from .errors import LadderError
 from .index.records import STREAM as INDEX
@@ -244,55 +236,24 @@ class _Dropper:
 def read_cancellations(source: Connection, *, clock: Callable[[], float] = time.time) -> LiveSet:
     """The live cancellations of ``source``'s ``ladder.cancellations``, read as a relay reads them.
 
-    The records of the last :data:`~kombu_ladder.relay.cancelwatch.READ_BACK_MS` are read up to a
-    marker appended to the stream; none when the stream does not exist. Bad records are skipped.
+    The records of the last :data:`~kombu_ladder.cancellation.records.READ_BACK_MS` are read up to a
+    marker appended to the stream (:func:`~kombu_ladder.controlplane.reader.read_to_end`); none when the
+    stream does not exist. Bad records are skipped and counted.
     """
     live = LiveSet()
-    channel = source.channel()
+    now = int(clock() * 1000)
+
+    def on_record(record: object, offset: Optional[int]) -> None:
+        if isinstance(record, Cancel):
+            for each in record.each():
+                live.add(each, now)
+
     try:
-        try:
-            channel.queue_declare(STREAM, passive=True)
-        except source.channel_errors:
-            return live  # no stream: nothing was ever cancelled there
-        channel.auto_decode = False  # the records' bytes, as a relay reads them
-        token, done = uuid.uuid4().hex, []
-        now = int(clock() * 1000)
-
-        def on_record(message: Any) -> None:
-            body = message.body
-            try:
-                record = decode(body.encode("utf-8", "surrogateescape") if isinstance(body, str) else body)
-            except RecordError:
-                pass
-            else:
-                if not accepts(record.kind, (message.delivery_info or {}).get("exchange")):
-                    pass  # not written through its kind's exchange: forged, skipped
-                elif record.kind == "cancel":
-                    live.add(record, now)
-                elif record.id == token:
-                    done.append(True)
-            message.ack()
-
-        consumer = Consumer(channel, queues=[Queue(STREAM, no_declare=True,
-                                                   consumer_arguments={"x-stream-offset": read_from(clock())})],
-                            on_message=on_record, prefetch_count=READ_PREFETCH, no_ack=False, accept=None)
-        consumer.consume()
-        channel.basic_publish(channel.prepare_message(encode_marker(token, at=now)), exchange=MARKER.exchange,
-                              routing_key=STREAM)
-        deadline = time.monotonic() + READ_TIMEOUT
-        while not done:
-            if time.monotonic() > deadline:
-                logger.warning(W_NO_RECORDS, STREAM, READ_TIMEOUT)
-                break
-            try:
-                source.drain_events(timeout=1.0)
-            except TimeoutError:
-                continue
-    finally:
-        try:
-            channel.close()
-        except Exception:  # noqa: BLE001 - the broker may have closed it already
-            logger.debug("closing the stream channel failed", exc_info=True)
+        read_to_end(source, STREAM, on_record=on_record, start=lambda: read_from(clock()), clock=clock)
+    except StreamMissing:
+        pass  # no stream: nothing was ever cancelled there
+    except NotReadToEnd:
+        logger.warning(W_NO_RECORDS, STREAM, READ_TIMEOUT)
     return live
 
 

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import socket
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
 from amqp.channel import Channel as AmqpChannel
 from amqp.exceptions import ChannelError
-from kombu import Consumer, Producer, Queue
+from kombu import Consumer, Queue
 
-from .cancellation.records import KIND_MARKER, STREAM, LiveSet, RecordError, decode, encode_marker
+from .cancellation.records import STREAM, LiveSet, read_from
 from .carry import text_of
 from .contract import CONTROL, DUE_AT, PARKED_REASON, PARKING, TARGET_EXCHANGE, TARGET_ROUTING_KEY, rung_names
+from .controlplane.codec import Cancel
+from .controlplane.reader import ReadError, StreamMissing, read_to_end
 from .link import clock_of
 from .plan import parse_due_at
 
@@ -280,46 +281,24 @@ def live_cancellations(connection: Any, *, timeout: float = 60.0) -> Optional[Li
     """The cancellations a relay would enforce now, read from ``ladder.cancellations`` as a relay reads them (the
     records of its read-back window, up to a marker appended here); None when the stream cannot be read (refused;
     empty when it does not exist) or was not read to its end within ``timeout`` seconds. Records are untrusted: a
-    bad one is skipped."""
-    from .relay.cancelwatch import read_from  # the relay's window, not a copy of it
-
+    bad one (or one not written through the cancel exchange) is skipped and counted."""
     clock = clock_of(connection)
     live = LiveSet()
-    token = uuid.uuid4().hex
-    seen: list[bool] = []
 
-    def on_message(message: Any) -> None:
-        body = message.body  # py-amqp decodes a body sent with content_encoding utf-8 into a str
-        try:
-            record = decode(body.encode("utf-8", "surrogateescape") if isinstance(body, str) else body)
-        except RecordError:
-            record = None
-        if record is not None and record.kind == KIND_MARKER:
-            if record.id == token:
-                seen.append(True)
-        elif record is not None:
-            live.add(record, int(clock() * 1000))
-        message.ack()
+    def on_record(record: Any, offset: Optional[int]) -> None:
+        if isinstance(record, Cancel):
+            now = int(clock() * 1000)
+            for each in record.each():
+                live.add(each, now)
 
     try:
-        with connection.channel() as channel:
-            queue = Queue(STREAM, channel=channel, no_declare=True,
-                          consumer_arguments={"x-stream-offset": read_from(clock())})
-            channel.basic_qos(0, 1000, False)
-            with Consumer(channel, [queue], on_message=on_message, no_ack=False):
-                Producer(channel).publish(encode_marker(token, at=int(clock() * 1000)), exchange="",
-                                          routing_key=STREAM, serializer=None, content_type="application/json",
-                                          content_encoding="binary", declare=[])
-                deadline = time.monotonic() + timeout
-                while not seen and time.monotonic() < deadline:
-                    try:
-                        connection.drain_events(timeout=0.25)
-                    except socket.timeout:
-                        pass
-    except (ChannelError, *connection.channel_errors) as exc:
-        # no stream: nothing was ever cancelled here (recording one declares it); any other refusal: unknown
-        return LiveSet() if getattr(exc, "reply_code", getattr(exc, "code", None)) == 404 else None
-    return live if seen else None
+        read_to_end(connection, STREAM, on_record=on_record, start=lambda: read_from(clock()), timeout=timeout,
+                    clock=clock)
+    except StreamMissing:
+        return LiveSet()  # no stream: nothing was ever cancelled here (recording one declares it)
+    except (ReadError, ChannelError, *connection.channel_errors):
+        return None
+    return live
 
 
 def state_of(sighting: Sighting, live: Optional[LiveSet], now_ms: int) -> str:

@@ -9,7 +9,8 @@ from typing import Iterable
 from . import controlplane
 
 __all__ = ["LADDER_NAMES", "LADDER_EXCHANGE", "CANCELLATIONS", "ADOPTIONS", "INDEX", "CONTROL_PLANE", "CANCEL_EXCHANGE",
-           "ENTRY_EXCHANGE", "ADOPTED_EXCHANGE", "MARKER_EXCHANGE", "Permissions", "producer", "relay", "operator",
+           "ENTRY_EXCHANGE", "ADOPTED_EXCHANGE", "MARKER_EXCHANGE",
+           "SNAPSHOTS", "SNAPSHOT_EXCHANGES", "Permissions", "producer", "relay", "operator",
            "canceller", "adopter", "indexer", "index_reader", "union"]
 
 #: Every name the ladder declares: the exchange, the five rungs, the control and parking queues.
@@ -24,12 +25,15 @@ LADDER_EXCHANGE = r"acemq\.schedule"
 CANCELLATIONS = re.escape(controlplane.CANCELLATIONS)
 ADOPTIONS = re.escape(controlplane.ADOPTIONS)
 INDEX = re.escape(controlplane.INDEX)
+SNAPSHOTS = re.escape(controlplane.SNAPSHOTS)
 CONTROL_PLANE = controlplane.pattern(*controlplane.NAMES)
 #: The exchange of each kind: write on it is the right to write that kind.
 CANCEL_EXCHANGE = re.escape(controlplane.CANCEL.exchange)
 ENTRY_EXCHANGE = re.escape(controlplane.ENTRY.exchange)
 ADOPTED_EXCHANGE = re.escape(controlplane.ADOPTED.exchange)
 MARKER_EXCHANGE = re.escape(controlplane.MARKER.exchange)
+#: The snapshot kinds' exchanges: the relay role's alone (a forged snapshot can un-cancel).
+SNAPSHOT_EXCHANGES = controlplane.pattern(controlplane.SNAPSHOT.exchange, controlplane.SEAL.exchange)
 
 #: RabbitMQ's name for the default exchange ("" in AMQP), as permissions see it.
 _DEFAULT_EXCHANGE = r"amq\.default"
@@ -95,12 +99,15 @@ def relay(targets: Iterable[str]) -> Permissions:
     parks through the default exchange (so it needs ``amq.default``; keep ``""``
     out of the allow-list unless deliveries to queues by name are wanted) and
     delivers to ``targets``. Give the same names to ``--allow-exchange`` /
-    ``ladder_allowed_exchanges``. It reads ``ladder.cancellations`` (read only: the
-    operator declares it) and writes its catch-up marker through the marker exchange.
+    ``ladder_allowed_exchanges``. It reads ``ladder.cancellations`` and ``ladder.snapshots``
+    (read only: the operator declares them), writes its catch-up markers through the marker
+    exchange, and writes snapshots of the live cancellations through ``ladder.record.snapshot``
+    and ``ladder.record.seal``: the only role that may, since a forged snapshot can un-cancel.
     """
     return Permissions(_anchor(LADDER_NAMES),
-                       _anchor(LADDER_NAMES, _DEFAULT_EXCHANGE, MARKER_EXCHANGE, *_exchanges(targets)),
-                       _anchor(LADDER_NAMES, CANCELLATIONS))
+                       _anchor(LADDER_NAMES, _DEFAULT_EXCHANGE, MARKER_EXCHANGE, SNAPSHOT_EXCHANGES,
+                               *_exchanges(targets)),
+                       _anchor(LADDER_NAMES, CANCELLATIONS, SNAPSHOTS))
 
 
 def operator(targets: Iterable[str] = ()) -> Permissions:

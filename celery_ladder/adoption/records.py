@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
 from kombu_ladder.controlplane import ADOPTED, ADOPTIONS, MARKER
 from kombu_ladder.controlplane import STREAM_ARGUMENTS as _STREAM_ARGUMENTS
-from kombu_ladder.jsonrecords import load_object, millis
+from kombu_ladder.controlplane.codec import MAX_SMALL_BYTES, Adoption, RecordError
+from kombu_ladder.controlplane.codec import encode as encode_record
 
 __all__ = [
     "ADOPTED_HEADER", "STREAM", "STREAM_ARGUMENTS", "MARGIN_MS", "MIN_AHEAD", "RUN", "ADOPT", "CHECK",
-    "Record", "RecordError", "Adopted", "threshold", "verdict", "encode", "encode_marker", "decode",
+    "Adoption", "RecordError", "Adopted", "threshold", "verdict", "encode",
 ]
 
 #: The header an adopted copy carries, holding the ``eta`` it was adopted with. It tells the copy from
@@ -37,31 +36,13 @@ MARGIN_MS = 24 * 3600 * 1000
 MIN_AHEAD = 1.0
 
 #: A record bigger than this is not one of ours: it is skipped unread.
-MAX_RECORD_BYTES = 4096
+MAX_RECORD_BYTES = MAX_SMALL_BYTES
 
 #: Verdicts of :func:`verdict`: hand the message to Celery as it is; adopt it; look it up first.
 RUN, ADOPT, CHECK = "run", "adopt", "check"
 
 KIND_ADOPTED = ADOPTED.name
 KIND_MARKER = MARKER.name
-#: The record format's version.
-VERSION = 1
-
-
-class RecordError(ValueError):
-    """A record on the stream that is not one of ours (the reason is the message)."""
-
-
-@dataclass(frozen=True)
-class Record:
-    """One decoded record: the adoption of task ``id`` with ``eta``, or a reader's catch-up ``marker``."""
-
-    kind: str
-    id: str
-    #: The task's ``eta`` header, as sent.
-    eta: str = ""
-    #: The copy's due time (epoch ms).
-    due: int = 0
 
 
 def threshold(hold_window: float) -> float:
@@ -85,41 +66,13 @@ def verdict(headers: Mapping[str, Any], *, redelivered: bool, due_ms: Optional[i
     return ADOPT if due_ms - now_ms > ahead_ms else RUN
 
 
-def _text(value: Any, field: str) -> str:
-    if not isinstance(value, str) or not value or len(value) > 255:
-        raise RecordError(f"field {field!r} must be a string of 1 to 255 characters, not {value!r:.40}")
-    return value
-
-
 def encode(task_id: str, eta: str, *, due: int) -> bytes:
-    """Return the record (JSON bytes) of the adoption of task ``task_id`` sent with ``eta``, due at ``due``."""
-    record = {"ladder": KIND_ADOPTED, "v": VERSION, "id": _text(task_id, "id"), "eta": _text(eta, "eta"),
-              "due": millis(due, "due", error=RecordError)}
-    return json.dumps(record, separators=(",", ":")).encode("utf-8")
-
-
-def encode_marker(token: str) -> bytes:
-    """Return a catch-up marker: a reader that reads its own marker has read every earlier record."""
-    return json.dumps({"ladder": KIND_MARKER, "v": VERSION, "id": _text(token, "id")},
-                      separators=(",", ":")).encode("utf-8")
-
-
-def decode(body: Any) -> Record:
-    """Read one untrusted record from the stream.
+    """Return the record (JSON bytes) of the adoption of task ``task_id`` sent with ``eta``, due at ``due``.
 
     Raises:
-        RecordError: it is not a valid record (too big, not JSON, a wrong field); the reason says which.
+        ValueError: an id or eta that is not a string of 1 to 255 characters, or a bad due time.
     """
-    record = load_object(body, max_bytes=MAX_RECORD_BYTES, error=RecordError)
-    kind = record.get("ladder")
-    if record.get("v") != VERSION or isinstance(record.get("v"), bool):
-        raise RecordError(f"field 'v' must be {VERSION}, not {record.get('v')!r:.40}")
-    if kind == KIND_MARKER:
-        return Record(kind, _text(record.get("id"), "id"))
-    if kind != KIND_ADOPTED:
-        raise RecordError(f"field 'ladder' must be 'adopted' or 'marker', not {kind!r:.40}")
-    return Record(kind, _text(record.get("id"), "id"), _text(record.get("eta"), "eta"),
-                  millis(record.get("due"), "due", error=RecordError))
+    return encode_record(Adoption(task_id, eta, due))
 
 
 class Adopted:
@@ -129,7 +82,7 @@ class Adopted:
         self.margin_ms = margin_ms
         self._until: dict[tuple[str, str], int] = {}
 
-    def add(self, record: Record, now_ms: int) -> bool:
+    def add(self, record: Adoption, now_ms: int) -> bool:
         """Keep ``record``'s adoption; False (not kept) if it is past its due time plus the margin already."""
         until = record.due + self.margin_ms
         if until <= now_ms:
@@ -148,6 +101,10 @@ class Adopted:
         for key in expired:
             del self._until[key]
         return len(expired)
+
+    def clear(self) -> None:
+        """Forget every adoption (the stream was deleted and declared again: it is read again)."""
+        self._until.clear()
 
     def __len__(self) -> int:
         return len(self._until)

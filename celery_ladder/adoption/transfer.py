@@ -5,33 +5,29 @@ from __future__ import annotations
 import logging
 import socket
 import time
-import uuid
 from datetime import datetime
 from typing import Any, Callable, Optional
 
 from kombu import Producer
 
 from kombu_ladder.carry import carried
-from kombu_ladder.controlplane import ADOPTED, MARKER, accepts
+from kombu_ladder.controlplane import ADOPTED, READ_TIMEOUT
+from kombu_ladder.controlplane.codec import Adoption
+from kombu_ladder.controlplane.reader import StreamReader
 from kombu_ladder.plan import to_millis
 from kombu_ladder.producer import LadderProducer
-from kombu_ladder.text import escape
 from kombu_ladder.topology import check_writable, declare_control_plane_if_allowed
 
 from ..publish import task_eta
 from ..settings import LadderSettings
-from .records import ADOPTED_HEADER, STREAM, Adopted, RecordError, decode, encode, encode_marker
+from .records import ADOPTED_HEADER, STREAM, Adopted, encode
 
 __all__ = ["Mover", "Records", "task_due", "declare_stream", "CATCH_UP_TIMEOUT"]
 
 logger = logging.getLogger(__name__)
 
-W_BAD_RECORD = "skipping a record in %s that is not an adoption: %s"
-
-#: Seconds a reader waits to read ``ladder.adoptions`` to its end.
-CATCH_UP_TIMEOUT = 30.0
-#: Unacked records the broker may send at once (a stream consumer needs a prefetch).
-RECORD_PREFETCH = 2000
+#: Seconds a reader waits to read ``ladder.adoptions`` to its end (the control plane's one timeout).
+CATCH_UP_TIMEOUT = READ_TIMEOUT
 #: Content type of a message that has none: its bytes are copied as they are.
 RAW = ("application/data", "binary")
 
@@ -116,7 +112,9 @@ class Records:
 
     :meth:`catch_up` appends a marker of its own and reads until the marker comes
     back: every record committed before that call is then in :attr:`adopted`.
-    Records are untrusted: a bad one is logged and skipped.
+    Records are untrusted: a bad one is skipped and counted (:attr:`skipped`).
+    The first read starts at the stream's first record; a channel opened again
+    (after :meth:`close`, or a lost connection) goes on from the last offset read.
     """
 
     def __init__(self, connection: Any, *, clock: Callable[[], float] = time.time) -> None:
@@ -124,30 +122,30 @@ class Records:
         self.clock = clock
         #: The adopted tasks, by (id, eta).
         self.adopted = Adopted()
-        #: Records skipped because they were not ours.
-        self.skipped = 0
+        #: The stream's reader: its ``position`` is where a channel opened again goes on from.
+        self.reader = StreamReader(STREAM, start="first", clock=clock)
         self._channel: Any = None
-        self._token: Optional[str] = None
-        self._taken = 0
+
+    @property
+    def skipped(self) -> int:
+        """Records skipped because they were not ours."""
+        return sum(self.reader.skipped.values())
 
     def catch_up(self, timeout: float = CATCH_UP_TIMEOUT) -> bool:
         """Read every record committed so far; return whether the stream was read to its end in time."""
+        self.reader.timeout = timeout
         if self._channel is None:
             declare_stream(self.connection)
             channel = self.connection.channel()
-            channel.basic_qos(0, RECORD_PREFETCH, False)
-            channel.basic_consume(STREAM, callback=self._on_record, no_ack=False,
-                                  arguments={"x-stream-offset": "first"})
+            self.reader.start(channel, on_record=self._on_record, on_reset=self.adopted.clear)
             self._channel = channel
-        token = self._token = uuid.uuid4().hex
-        Producer(self._channel, routing_key=STREAM, auto_declare=False).publish(
-            encode_marker(token), exchange=MARKER.exchange, content_type="application/json",
-            content_encoding="utf-8", delivery_mode=2)
+        else:
+            self.reader.mark()
         deadline = time.monotonic() + timeout
-        while self._token == token and time.monotonic() < deadline:
+        while not self.reader.caught_up and time.monotonic() < deadline:
             self.poll(min(1.0, max(0.0, deadline - time.monotonic())))
         self.adopted.prune(int(self.clock() * 1000))
-        return self._token is None
+        return self.reader.caught_up and not self.reader.timed_out
 
     def poll(self, timeout: float = 0.0) -> None:
         """Read the records that have arrived (waiting up to ``timeout`` seconds for one), and ack them."""
@@ -157,32 +155,17 @@ class Records:
             self.connection.drain_events(timeout=timeout)
         except socket.timeout:
             pass
-        if self._taken:
-            self._channel.basic_ack(self._taken, multiple=True)
-            self._taken = 0
+        self.reader.tick()
 
-    def _on_record(self, message: Any) -> None:
-        self._taken = message.delivery_info["delivery_tag"]
-        try:
-            record = decode(message.body)
-            exchange = (message.delivery_info or {}).get("exchange")
-            if not accepts(record.kind, exchange):
-                raise RecordError(f"a {record.kind!r} record written through the exchange {exchange!r:.60}, "
-                                  f"not its own")
-        except RecordError as exc:
-            self.skipped += 1
-            logger.warning(W_BAD_RECORD, STREAM, escape(exc))
-            return
-        if record.kind == "marker":
-            if record.id == self._token:
-                self._token = None
-        else:
+    def _on_record(self, record: Any, offset: Any) -> None:
+        if isinstance(record, Adoption):
             self.adopted.add(record, int(self.clock() * 1000))
 
     def close(self) -> None:
-        """Stop reading (the records read so far are kept)."""
+        """Stop reading (the records read so far, and where reading goes on from, are kept)."""
         channel, self._channel = self._channel, None
         if channel is not None:
+            self.reader.forget_channel()
             try:
                 channel.close()
             except Exception:  # noqa: BLE001 - a dead connection has nothing to close

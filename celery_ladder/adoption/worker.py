@@ -196,7 +196,7 @@ class Adopter:
         for part in (self._mover, self._records):
             if part is not None:
                 part.close()
-        self._mover = self._records = None
+        self._mover = None  # the records are kept: a new channel goes on from the last offset read
         try:
             self.connection.close()
         except Exception:  # noqa: BLE001 - it is dead already
@@ -219,16 +219,15 @@ class Adopter:
             self._adopt(adopt)
 
     def _check(self, jobs: list[Job]) -> None:
+        self.connection.ensure_connection(max_retries=1)
         if self._records is None:
-            self.connection.ensure_connection(max_retries=1)
             self._records = Records(self.connection, clock=self.clock)
         try:
             read = self._records.catch_up()
             problem = "timed out"
         except self.connection.channel_errors as exc:  # the stream refused (permissions): relay without it
             read, problem = False, f"{type(exc).__name__}: {exc}"
-            self._records.close()
-            self._records = None
+            self._records.close()  # what was read is kept: the next channel goes on from its last offset
         if not read:
             logger.error(E_NO_RECORDS, "ladder.adoptions", escape(problem), len(jobs))
         now_ms = int(self.clock() * 1000)

@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Optional
 
 from ..controlplane import CANCEL, CANCELLATIONS, MARKER
 from ..controlplane import STREAM_ARGUMENTS as _STREAM_ARGUMENTS
+from ..controlplane.codec import KEYS, MAX_CANCEL_BYTES, MAX_ID_BYTES, VERSION, Cancel, RecordError, check_id
+from ..controlplane.codec import Cancellation as Record
+from ..controlplane.codec import encode as encode_record
 from ..deaths import entered_rung_ms
-from ..jsonrecords import load_object, millis
 from .liveset import LIFE, LONGEST_RUNG, MARGIN, SLACK, LiveSet
 
 __all__ = [
     "STREAM", "STREAM_ARGUMENTS", "STREAM_EXCHANGE", "STREAM_EXCHANGE_TYPE", "MARGIN", "SLACK", "LONGEST_RUNG",
-    "LIFE", "MAX_ID_BYTES", "MAX_RECORD_BYTES", "Record", "RecordError", "LiveSet", "encode", "encode_marker",
-    "decode", "check_id", "READ_BACK_MS", "CELERY_TASK_HEADER", "read_from", "cancelled_id",
+    "LIFE", "MAX_ID_BYTES", "MAX_RECORD_BYTES", "KEYS", "VERSION", "Record", "RecordError", "LiveSet", "encode",
+    "check_id", "READ_BACK_MS", "CELERY_TASK_HEADER", "read_from", "cancelled_id",
 ]
 
 #: The durable stream that holds every cancellation record. An extension of ours: it is not an
@@ -33,106 +33,21 @@ STREAM_ARGUMENTS = dict(_STREAM_ARGUMENTS)
 STREAM_EXCHANGE = CANCEL.exchange
 #: Its type (direct: the stream's name is the routing key).
 STREAM_EXCHANGE_TYPE = CANCEL.type
-#: The longest an AMQP ``message_id`` may be (a shortstr), in UTF-8 bytes.
-MAX_ID_BYTES = 255
-#: A record bigger than this is not one of ours: it is skipped unread.
-MAX_RECORD_BYTES = 4096
-#: The ``ladder`` field of a cancellation, and of the marker a relay writes to know it has caught up.
+#: A record bigger than this is not one of ours: it is skipped unread (a batch of ids: see the codec).
+MAX_RECORD_BYTES = MAX_CANCEL_BYTES
+#: The ``ladder`` field of a cancellation, and of a reader's catch-up marker.
 KIND_CANCEL = CANCEL.name
 KIND_MARKER = MARKER.name
-#: What the canceller said its id was: the AMQP ``message_id`` (Kombu), or a Celery task id, which
-#: Celery sends as the ``correlation_id`` of a task message (and not as its ``message_id``). A relay
-#: matches a record against both whatever its key says (one meaning for an id); relays
-#: released before this one matched only the one named, so writers still name the one they mean.
-KEYS = ("message_id", "task_id")
-#: The record format's version.
-VERSION = 1
-
-
-class RecordError(ValueError):
-    """A record on the stream that is not a valid cancellation (the reason is the message)."""
-
-
-@dataclass(frozen=True)
-class Record:
-    """One decoded record: a cancellation of ``id``, or a relay's catch-up ``marker``."""
-
-    kind: str
-    id: str
-    #: When it was written (epoch ms).
-    at: int
-    #: The cancelled message's due time (epoch ms), when the canceller knew it.
-    due: Optional[int] = None
-    #: What ``id`` is: one of :data:`KEYS`.
-    key: str = "message_id"
-
-
-def check_id(message_id: Any, *, argument: str = "message_id") -> str:
-    """Return ``message_id`` if it can be an AMQP message id (a non-empty str of at most 255 UTF-8 bytes).
-
-    Raises:
-        TypeError: it is not a str.
-        ValueError: it is empty or too long.
-    """
-    if not isinstance(message_id, str):
-        raise TypeError(f"{argument} must be a str, not {type(message_id).__name__}")
-    if not message_id:
-        raise ValueError(f"{argument} must not be empty")
-    if len(message_id.encode("utf-8", "surrogatepass")) > MAX_ID_BYTES:
-        raise ValueError(f"{argument} is longer than {MAX_ID_BYTES} bytes in UTF-8, which no AMQP message id can be")
-    return message_id
-
-
-def _millis(value: Any, field: str) -> int:
-    return millis(value, field, error=RecordError)
 
 
 def encode(message_id: str, *, at: int, due: Optional[int] = None, key: str = "message_id") -> bytes:
-    """Return the record (JSON bytes) cancelling ``message_id``, written at ``at`` (epoch ms).
+    """Return the record (JSON bytes) cancelling ``message_id`` alone, written at ``at`` (epoch ms).
 
-    ``key`` says what the id is matched against (see :data:`KEYS`).
+    ``key`` says what the id is matched against (see :data:`KEYS`). :func:`~kombu_ladder.cancel_many` writes
+    batches (:func:`~kombu_ladder.controlplane.codec.pack_ids`).
     """
     check_id(message_id)
-    if key not in KEYS:
-        raise ValueError(f"key must be one of {', '.join(KEYS)}, not {key!r}")
-    record: dict[str, Any] = {"ladder": KIND_CANCEL, "v": VERSION, "id": message_id, "at": _millis(at, "at")}
-    if key != "message_id":
-        record["key"] = key
-    if due is not None:
-        record["due"] = _millis(due, "due")
-    return json.dumps(record, separators=(",", ":")).encode("utf-8")
-
-
-def encode_marker(token: str, *, at: int) -> bytes:
-    """Return a catch-up marker: a relay that reads its own marker has read every earlier record."""
-    return json.dumps({"ladder": KIND_MARKER, "v": VERSION, "id": token, "at": _millis(at, "at")},
-                      separators=(",", ":")).encode("utf-8")
-
-
-def decode(body: Any) -> Record:
-    """Read one untrusted record from the stream.
-
-    Raises:
-        RecordError: it is not a valid record (too big, not JSON, a wrong field); the reason says which.
-    """
-    if isinstance(body, str):  # writers send bytes; a str here is refused, as it always was
-        raise RecordError("its body is a str, not bytes")
-    record = load_object(body, max_bytes=MAX_RECORD_BYTES, error=RecordError)
-    kind = record.get("ladder")
-    if kind not in (KIND_CANCEL, KIND_MARKER):
-        raise RecordError(f"field 'ladder' must be 'cancel' or 'marker', not {kind!r:.40}")
-    if record.get("v") != VERSION or isinstance(record.get("v"), bool):
-        raise RecordError(f"field 'v' must be {VERSION}, not {record.get('v')!r:.40}")
-    try:
-        message_id = check_id(record.get("id"), argument="field 'id'")
-    except (TypeError, ValueError) as exc:
-        raise RecordError(str(exc)) from None
-    due = record.get("due")
-    key = record.get("key", "message_id")
-    if key not in KEYS:
-        raise RecordError(f"field 'key' must be one of {', '.join(KEYS)}, not {key!r:.40}")
-    return Record(kind, message_id, _millis(record.get("at"), "at"), None if due is None else _millis(due, "due"),
-                  key)
+    return encode_record(Cancel((message_id,), at, due, key))
 
 
 #: How far back (ms) a relay starts reading the stream: a record older than

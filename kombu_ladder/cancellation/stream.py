@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import logging
-import time
 from datetime import datetime
 from typing import Any, Callable, Iterable, Optional, Union
 
 from kombu import Producer
 
-from ..carry import confirming, waiting_for_confirms
+from ..carry import waiting_for_confirms
 from ..controlplane import declare_control_plane
+from ..controlplane.codec import encode as encode_record
+from ..controlplane.codec import pack_ids
+from ..controlplane.writer import CONFIRM_TIMEOUT, WriteRefused, write_bodies
 from ..errors import CancellationsUnavailable
 from ..link import clock_of, close_quietly
 from ..plan import to_millis
-from .records import STREAM, STREAM_ARGUMENTS, STREAM_EXCHANGE, check_id, encode
+from .records import STREAM, STREAM_ARGUMENTS, STREAM_EXCHANGE, check_id
 
-__all__ = ["cancel", "cancel_many", "declare_stream", "declare_cancellations", "CancellationsUnavailable"]
+__all__ = ["cancel", "cancel_many", "declare_stream", "declare_cancellations", "CancellationsUnavailable",
+           "CONFIRM_TIMEOUT"]
 
 logger = logging.getLogger(__name__)
 
@@ -30,9 +33,6 @@ E_UNAVAILABLE = ("cannot record cancellations: the exchange {exchange} {problem}
 #: bound (the record was returned), or not this user's to write.
 _NOT_SET_UP = {404: "does not exist", 312: "is not bound to the stream (the record was returned unrouted)",
                403: "may not be written by this user"}
-
-#: Seconds the records of one call may take to be confirmed, all together.
-CONFIRM_TIMEOUT = 60.0
 
 #: A due time: an aware datetime, or epoch milliseconds.
 Due = Union[datetime, int, None]
@@ -69,13 +69,15 @@ def _due_ms(due: Due) -> Optional[int]:
 
 def cancel_many(connection: Any, message_ids: Iterable[str], *, due: Due = None,
                 clock: Optional[Callable[[], float]] = None, key: str = "message_id") -> int:
-    """Record a cancellation for every id in ``message_ids``; return how many records, once all are confirmed.
+    """Record a cancellation for every id in ``message_ids``; return how many ids, once all are confirmed.
 
-    A record applies to whichever message with its id is waiting when it is written: one
-    whose AMQP ``message_id`` is the id, or a Celery task message whose task id is. Every
+    The ids go in batch records of up to 1,000 ids (and 64 KiB) each
+    (:func:`~kombu_ladder.controlplane.codec.pack_ids`), confirms pipelined. A cancellation
+    applies to whichever message with its id is waiting when it is written: one whose AMQP
+    ``message_id`` is the id, or a Celery task message whose task id is. Every
     relay drops that message at its next hop or delivery. A message scheduled later with
     the same id is not cancelled (see :ref:`how-cancel`). Whether a message with the id is
-    waiting is not checked: the count is of records written, not of messages cancelled.
+    waiting is not checked: the count is of ids recorded, not of messages cancelled.
 
     Arguments:
         connection: a :class:`kombu.Connection` (RabbitMQ, or the simulator).
@@ -103,7 +105,7 @@ def cancel_many(connection: Any, message_ids: Iterable[str], *, due: Due = None,
     due_ms = _due_ms(due)
     if not ids:
         return 0
-    bodies = [(message_id, encode(message_id, at=int(clock() * 1000), due=due_ms, key=key)) for message_id in ids]
+    bodies = [encode_record(record) for record in pack_ids(ids, at=int(clock() * 1000), due=due_ms, key=key)]
     channel = waiting_for_confirms(connection.channel())
     try:
         try:  # the first record tells whether the exchange is set up
@@ -129,59 +131,27 @@ def cancel_many(connection: Any, message_ids: Iterable[str], *, due: Due = None,
             _publish_pipelined(connection, bodies[1:])
     finally:
         close_quietly(channel)
-    for message_id, _ in bodies:
+    for message_id in ids:  # one line an id, whatever the records: the trail an operator greps
         logger.info(I_CANCELLED, message_id, "unknown" if due_ms is None else due_ms, STREAM)
     return len(ids)
 
 
-def _publish_pipelined(connection: Any, bodies: list[tuple[str, bytes]], *, timeout: float = CONFIRM_TIMEOUT) -> None:
-    """Publish the records to the cancel exchange on a confirming channel of their own, mandatory, confirms
-    pipelined: all are sent, then their confirms waited for together.
+def _publish_pipelined(connection: Any, bodies: list[bytes], *, timeout: float = CONFIRM_TIMEOUT) -> None:
+    """Publish the records through the one writer (confirms pipelined).
 
     Raises:
         CancellationsUnavailable: the broker nacked or returned a record, or did not confirm them in ``timeout``.
     """
-    if not bodies:
-        return
-    acked, refused = [0], []
-
-    def on_ack(tag: int, multiple: bool) -> None:
-        acked[0] = max(acked[0], tag)
-
-    def on_nack(tag: int, multiple: bool) -> None:
-        refused.append(f"nacked (delivery tag {tag})")
-        on_ack(tag, multiple)
-
-    def on_return(exc: Any, exchange: str, routing_key: str, message: Any) -> None:
-        refused.append(f"returned by {exchange!r}: {getattr(exc, 'reply_text', exc)}")
-
-    channel = confirming(connection.channel(), on_ack=on_ack, on_nack=on_nack, on_return=on_return)
     try:
-        for _, body in bodies:
-            message = channel.prepare_message(body, content_type="application/json", content_encoding="utf-8",
-                                              properties={"delivery_mode": 2})
-            type(channel).basic_publish(channel, message, exchange=STREAM_EXCHANGE, routing_key=STREAM,
-                                        mandatory=True)
-        deadline = time.monotonic() + timeout
-        while acked[0] < len(bodies):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise CancellationsUnavailable(f"the broker did not confirm {len(bodies) - acked[0]} cancellation "
-                                               f"record(s) within {timeout:g} s")
-            try:
-                connection.drain_events(timeout=min(left, 1.0))
-            except TimeoutError:
-                continue
-        if refused:
-            raise CancellationsUnavailable(f"the broker refused cancellation records ({'; '.join(refused[:3])})")
-    finally:
-        close_quietly(channel)
+        write_bodies(connection, STREAM_EXCHANGE, STREAM, bodies, timeout=timeout)
+    except WriteRefused as exc:
+        raise CancellationsUnavailable(f"cancellation records: {exc}") from None
 
 
-def _publish(channel: Any, exchange: str, bodies: list[tuple[str, bytes]]) -> None:
+def _publish(channel: Any, exchange: str, bodies: list[bytes]) -> None:
     """Publish each record to ``exchange`` (the stream's name as routing key), mandatory, each confirmed."""
     producer = Producer(channel, routing_key=STREAM, auto_declare=False)
-    for _, body in bodies:
+    for body in bodies:
         producer.publish(body, exchange=exchange, routing_key=STREAM, content_type="application/json",
                          content_encoding="utf-8", delivery_mode=2, mandatory=True)
 

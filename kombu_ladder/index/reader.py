@@ -6,45 +6,32 @@ import hashlib
 import logging
 import os
 import time
-import uuid
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Optional, Union
 
-from kombu import Consumer, Producer, Queue
-
-from ..cancellation.records import SLACK, RecordError, read_from
+from ..cancellation.records import SLACK, read_from
 from ..cancellation.records import STREAM as CANCELLATIONS
-from ..cancellation.records import decode as decode_cancel
-from ..cancellation.records import encode_marker as encode_cancel_marker
-from ..controlplane import MARKER, accepts
-from ..link import clock_of, close_quietly
+from ..controlplane.codec import Cancel, Entries
+from ..controlplane.reader import NotReadToEnd, ReadError, StreamReader
+from ..link import clock_of
 from ..notices import Notices
-from ..text import escape
 from ..topology import declare_control_plane_if_allowed
 from .records import STREAM as INDEX
-from .records import IndexRecordError, decode, encode_marker
 from .store import IndexStore
 
 __all__ = ["sync", "SyncResult", "IndexUnavailable", "default_path", "INDEX_ENV", "SYNC_TIMEOUT"]
 
 logger = logging.getLogger("kombu_ladder.index")
 
-W_BAD_RECORD = "skipping a record in %s that is not one of ours: %s"
-W_RESET = "%s is shorter than where the index read it to (deleted and declared again?): reading it from its start"
 
 #: The environment variable that names the index file when ``--index`` is not given.
 INDEX_ENV = "KOMBU_LADDER_INDEX"
 #: Seconds a sync waits, at most, for a stream to be read to its end.
 SYNC_TIMEOUT = 300.0
-#: Records the broker may send at once; they are acked together every :data:`ACK_EVERY`.
-PREFETCH = 2000
-ACK_EVERY = PREFETCH // 4
 #: Records read per SQLite transaction (and per remembered offset).
 COMMIT_EVERY = 2000
-#: Seconds between declares of a stream the broker does not serve yet (its node just restarted).
-RETRY_EVERY = 0.5
 
 
 class IndexUnavailable(Exception):
@@ -77,151 +64,63 @@ def default_path(url: str) -> str:
     return os.path.join(cache, "kombu-ladder", f"index-{digest}.sqlite")
 
 
-class _StreamRead:
-    """One stream read from an offset to the marker this reader appended to it."""
+class _Apply:
+    """Applies the records of one stream to the store, and commits them with the position every
+    :data:`COMMIT_EVERY` records (an interrupted sync goes on from there)."""
 
-    def __init__(self, stream: str, store: IndexStore, result: SyncResult, notices: Notices,
-                 handle: Callable[[bytes, str, Any], bool]) -> None:
-        self.stream, self.store, self.result, self.notices, self.handle = stream, store, result, notices, handle
-        self.token = uuid.uuid4().hex
-        self.done = False
-        self.reset = False
-        #: The offset of the next record (None: unknown, when the broker sends none and the start was no offset).
-        self.position: Optional[int] = None
-        self.skipped = 0
+    def __init__(self, stream: str, store: IndexStore, result: SyncResult, reader: StreamReader) -> None:
+        self.stream, self.store, self.result, self.reader = stream, store, result, reader
         self.unsaved = 0
-        self.taken = self.acked = 0
-        self.channel: Any = None
+        self.skipped = sum(reader.skipped.values())
 
-    def on_message(self, message: Any) -> None:
-        offset = (message.headers or {}).get("x-stream-offset")
-        if isinstance(offset, int) and not isinstance(offset, bool):
-            if self.position is not None and offset < self.position:
-                self._skip_known(message, offset)
-                return
-            self.position = offset + 1
-        elif self.position is not None:
-            self.position += 1
+    def __call__(self, record: Any, offset: Optional[int]) -> None:
+        if isinstance(record, Entries) and self.stream == INDEX:
+            self.store.add(record.entries)
+            self.result.entries += len(record.entries)
+        elif isinstance(record, Cancel) and self.stream == CANCELLATIONS:
+            for each in record.each():
+                self.store.cancel(each.id, each.at)
+                self.result.cancellations += 1
         self.result.records += 1
-        try:
-            if self.handle(bytes(message.body) if not isinstance(message.body, str)
-                           else message.body.encode("utf-8", "surrogatepass"), self.token,
-                           (message.delivery_info or {}).get("exchange")):
-                self.done = True
-        except (IndexRecordError, RecordError) as exc:
-            self.skipped += 1
-            self.result.skipped += 1
-            self.notices.warn(self.stream, W_BAD_RECORD, self.stream, escape(exc))
-        self._took(message)
-
-    def _skip_known(self, message: Any, offset: int) -> None:
-        """A record before the offset asked for (RabbitMQ starts at the chunk holding it): read already. Unless it
-        is this reader's marker: then the stream is shorter than the index thought."""
-        body = message.body if isinstance(message.body, (bytes, str)) else bytes(message.body)
-        if self.token in (body.decode("utf-8", "replace") if isinstance(body, bytes) else body):
-            self.reset = self.done = True
-        self._took(message)
-
-    def _took(self, message: Any) -> None:
-        self.taken = message.delivery_tag
         self.unsaved += 1
-        if self.taken - self.acked >= ACK_EVERY or self.done:
-            self.channel.basic_ack(self.taken, multiple=True)
-            self.acked = self.taken
+        if self.unsaved >= COMMIT_EVERY:
+            self.save()
+
+    def reset(self) -> None:
+        """The stream was deleted and declared again: forget what was read of the old one."""
+        self.store.forget(self.stream)
+        self.store.commit()
+        self.store.begin()
 
     def save(self) -> None:
         """Commit what was read, and where reading goes on from (when known)."""
-        if self.position is not None:
-            _, skipped = self.store.position(self.stream)
-            self.store.set_position(self.stream, self.position, skipped + self.skipped)
-            self.skipped = 0
+        skipped = sum(self.reader.skipped.values())
+        self.result.skipped += skipped - self.skipped
+        if self.reader.position is not None:
+            _, before = self.store.position(self.stream)
+            self.store.set_position(self.stream, self.reader.position, before + skipped - self.skipped)
+        self.skipped = skipped
         self.store.commit()
         self.store.begin()
         self.unsaved = 0
 
 
-def _handle_index(store: IndexStore, result: SyncResult) -> Callable[[bytes, str, Any], bool]:
-    def handle(body: bytes, token: str, exchange: Any) -> bool:
-        batch = decode(body)
-        if not accepts(batch.kind, exchange):
-            raise IndexRecordError(f"a {batch.kind!r} record written through the exchange {exchange!r:.60}, "
-                                   f"not its own")
-        if batch.kind == "marker":
-            return batch.token == token
-        store.add(batch.entries)
-        result.entries += len(batch.entries)
-        return False
-
-    return handle
-
-
-def _handle_cancellations(store: IndexStore, result: SyncResult) -> Callable[[bytes, str, Any], bool]:
-    def handle(body: bytes, token: str, exchange: Any) -> bool:
-        record = decode_cancel(body)
-        if not accepts(record.kind, exchange):
-            raise RecordError(f"a {record.kind!r} record written through the exchange {exchange!r:.60}, not its own")
-        if record.kind == "marker":
-            return record.id == token
-        store.cancel(record.id, record.at)
-        result.cancellations += 1
-        return False
-
-    return handle
-
-
-def _read(connection: Any, store: IndexStore, stream: str, first: Union[str, datetime], reading: _StreamRead,
-          *, marker: bytes, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    known, _ = store.position(stream)
-    start: Union[int, str, datetime] = first if known is None else known
-    reading.position = known if known is not None else (0 if first == "first" else None)
-    channel = _consuming(connection, stream, start, reading, deadline)
+def _read(connection: Any, store: IndexStore, stream: str, first: Union[str, datetime], result: SyncResult, *,
+          clock: Callable[[], float], timeout: float, notices: Notices) -> None:
+    reader = StreamReader(stream, start=first, clock=clock, timeout=timeout, notices=notices)
+    reader.position = store.position(stream)[0]
+    apply = _Apply(stream, store, result, reader)
     store.begin()
     try:
-        Producer(channel, auto_declare=False).publish(marker, exchange=MARKER.exchange, routing_key=stream,
-                                                      content_type="application/json",
-                                                      content_encoding="utf-8", delivery_mode=2)
-        while not reading.done:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise IndexUnavailable(f"{stream} was not read to its end within {timeout:g} s "
-                                       f"({reading.result.records} record(s) read; run the sync again "
-                                       f"to go on from there)")
-            try:
-                connection.drain_events(timeout=min(left, 1.0))
-            except TimeoutError:  # socket.timeout is TimeoutError
-                pass
-            if reading.unsaved >= COMMIT_EVERY:
-                reading.save()
-        reading.save()
+        reader.read_to_end(connection, on_record=apply, on_reset=apply.reset)
+    except NotReadToEnd as exc:
+        raise IndexUnavailable(f"{exc} ({result.records} record(s) read; run the sync again to go on from "
+                               f"there)") from None
+    except ReadError as exc:
+        raise IndexUnavailable(str(exc)) from None
     finally:
+        apply.save()
         store.commit()
-        close_quietly(channel)
-
-
-def _consuming(connection: Any, stream: str, start: Union[int, str, datetime], reading: _StreamRead,
-               deadline: float) -> Any:
-    """A channel consuming ``stream`` from ``start`` into ``reading``. Nothing is declared (a reader has no
-    configure on a control-plane name). Just after a broker restart a stream's node may not serve it yet
-    (404, "home node ... is down"): it is tried again every :data:`RETRY_EVERY` s until ``deadline``."""
-    while True:
-        channel = reading.channel = connection.channel()
-        try:
-            channel.basic_qos(0, PREFETCH, False)
-            Consumer(channel, [Queue(stream, no_declare=True, consumer_arguments={"x-stream-offset": start})],
-                     on_message=reading.on_message, no_ack=False).consume()
-            return channel
-        except connection.channel_errors as exc:
-            close_quietly(channel)
-            if getattr(exc, "reply_code", None) != 404:
-                raise
-            text = getattr(exc, "reply_text", None) or exc
-            if "home node" not in str(text):
-                raise IndexUnavailable(f"{stream} does not exist ({text}): the operator's 'kombu-ladder declare' "
-                                       f"declares it") from None
-            if time.monotonic() >= deadline:
-                raise IndexUnavailable(f"{stream} is not served by the broker yet ({text})") from None
-        time.sleep(RETRY_EVERY)
 
 
 def cancellations_from(store: IndexStore, now: float) -> datetime:
@@ -257,21 +156,11 @@ def sync(connection: Any, store: IndexStore, *, timeout: float = SYNC_TIMEOUT,
     notices = Notices(logger)
     now_ms = int(clock() * 1000)
     declare_control_plane_if_allowed(connection)
-    for stream, handle, marker in (
-            (INDEX, _handle_index(store, result), encode_marker),
-            (CANCELLATIONS, _handle_cancellations(store, result), encode_cancel_marker)):
+    for stream in (INDEX, CANCELLATIONS):
         first = "first" if stream == INDEX else cancellations_from(store, clock())
-        reading = _StreamRead(stream, store, result, notices, handle)
         bulk = stream == INDEX and store.position(stream)[0] is None and not len(store)
         with store.loading() if bulk else nullcontext():
-            _read(connection, store, stream, first, reading, marker=marker(reading.token, at=now_ms),
-                  timeout=timeout)
-        if reading.reset:
-            logger.warning(W_RESET, stream)
-            store.forget(stream)
-            reading = _StreamRead(stream, store, result, notices, handle)
-            _read(connection, store, stream, first, reading, marker=marker(reading.token, at=now_ms),
-                  timeout=timeout)
+            _read(connection, store, stream, first, result, clock=clock, timeout=timeout, notices=notices)
     result.pruned = store.prune(now_ms)
     notices.flush()
     result.seconds = time.monotonic() - started

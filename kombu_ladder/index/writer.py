@@ -6,10 +6,9 @@ import logging
 import threading
 from typing import Any, Callable, Optional, Sequence
 
-from kombu import Producer
-
-from ..carry import waiting_for_confirms
 from ..controlplane import ENTRY, declare_control_plane
+from ..controlplane.codec import Entries
+from ..controlplane.writer import write_records
 from ..link import close_quietly
 from ..topology import check_writable, declare_control_plane_if_allowed
 from .records import STREAM, Entry, encode_batch
@@ -146,8 +145,9 @@ class IndexWriter:
 
 
 def append(connection: Any, entries: Sequence[Entry], *, declare: bool = False, what: str = "") -> bool:
-    """Append ``entries`` to ``ladder.index`` on a channel of its own, in records of :data:`BATCH`, each one
-    confirmed: for an operator's command (a reschedule, a move), not a producer's publish path.
+    """Append ``entries`` to ``ladder.index`` on a channel of its own, in records of :data:`BATCH`, confirms
+    pipelined (:func:`~kombu_ladder.controlplane.writer.write_records`): for an operator's command (a
+    reschedule, a move), not a producer's publish path.
 
     Only where the stream exists: an index nobody uses is not started by a command. With ``declare`` the
     stream is declared first (a refusal is logged, and the stream may exist all the same). Nothing is
@@ -160,24 +160,19 @@ def append(connection: Any, entries: Sequence[Entry], *, declare: bool = False, 
     entries = list(entries)
     if not entries:
         return True
-    channel = None
+    channel: Any = None
     try:
         if declare:
             if not declare_control_plane_if_allowed(connection):
                 logger.warning(W_UNDECLARED, STREAM, "this user may not declare the control plane")
-        if channel is None:
-            channel = connection.channel()
+        channel = connection.channel()
         try:
             channel.queue_declare(queue=STREAM, passive=True)
         except connection.channel_errors:
             logger.info(I_NO_STREAM, STREAM, len(entries))
             return False
-        channel = waiting_for_confirms(channel)
-        producer = Producer(channel, auto_declare=False)
-        for start in range(0, len(entries), BATCH):
-            producer.publish(encode_batch(entries[start:start + BATCH]), exchange=ENTRY.exchange, routing_key=STREAM,
-                             content_type="application/json", content_encoding="utf-8", delivery_mode=2,
-                             mandatory=True, retry=False)
+        write_records(connection, [Entries(tuple(entries[start:start + BATCH]))
+                                   for start in range(0, len(entries), BATCH)], STREAM)
     except Exception as exc:  # noqa: BLE001 - the index never fails the command it indexes
         logger.warning(W_NOT_APPENDED, len(entries), STREAM, getattr(exc, "reply_text", None) or exc,
                        what or "those messages are waiting but unindexed")

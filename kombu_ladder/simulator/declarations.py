@@ -157,7 +157,7 @@ class Declarations:
                     self.permissions.check_any("queue", name, method)
                 queue = self._queue(name, method)
                 self._check_owner(queue, channel, method)
-                return queue.name, len(queue.ready), len(queue.consumers)
+                return queue.name, _count(queue), len(queue.consumers)
             generated = not name
             if generated:
                 name = token("amq.gen-")
@@ -175,7 +175,7 @@ class Declarations:
                            **{k: existing.arguments.get(k) for k in keys}}
                 received = {"durable": bool(durable), "auto_delete": bool(auto_delete), **arguments}
                 check_equivalent("queue", name, self.vhost, current, received, method)
-                return existing.name, len(existing.ready), len(existing.consumers)
+                return existing.name, _count(existing), len(existing.consumers)
             if name.startswith("amq.") and not generated:
                 raise AccessRefused(f"ACCESS_REFUSED - queue name '{name}' contains reserved prefix 'amq.*'",
                                     method, reply_code=403)
@@ -218,3 +218,8 @@ class Declarations:
             count = len(queue.ready)
             queue.ready.clear()
             return count
+
+
+def _count(queue: Any) -> int:
+    """The message count a declare reports: the ready messages, or a stream's records (as RabbitMQ counts them)."""
+    return len(queue.log) if streams.is_stream(queue) else len(queue.ready)

@@ -213,10 +213,44 @@ def test_a_refused_index_write_is_logged_and_the_move_goes_on(rabbit_vhost: str,
         Queue("index.target", durable=True)(blue.default_channel).declare()
         _schedule_tasks(blue, *(f"t-{i}" for i in range(5)))
         wait_for(lambda: depth(blue, "acemq.schedule.1h") == 5, 10, message="the publishes to arrive")
-        monkeypatch.setattr(writer, "encode_batch", refuse)
+        monkeypatch.setattr(writer, "write_records", refuse)
         with caplog.at_level(logging.WARNING, logger="kombu_ladder.index"):
             result = move(blue, green)
         assert (result.total, result.indexed, depth(blue, "acemq.schedule.1h")) == (5, 0, 0)
         assert [m.properties["correlation_id"] for m in drain(green, CONTROL)] == [f"t-{i}" for i in range(5)]
         warnings = [r.getMessage() for r in caplog.records if r.name == "kombu_ladder.index"]
         assert any("could not append 5 index entr(y/ies)" in w and "ACCESS_REFUSED" in w for w in warnings), warnings
+
+
+def test_waiting_list_reads_a_vhost_deleted_and_created_again_without_waiting(
+        fresh_vhost: str, tmp_path: object, capsys: pytest.CaptureFixture[str], caplog: Any) -> None:
+    """Issue 35: the local index remembers an offset of the old ladder.index; a vhost created again under the
+    same URL has a new, shorter stream. ``waiting list`` notices, reads the new one from its start, and answers
+    at once (it used to wait 300 s for an offset the new stream never reached, then fail)."""
+    from helpers import rabbitmqctl
+
+    from kombu_ladder.cli import main
+
+    url = vhost_url(fresh_vhost)
+    index = str(tmp_path) + "/index.sqlite"  # type: ignore[operator]
+
+    def schedule(ids: range) -> None:
+        with Connection(url) as conn:
+            declare(conn)
+            Queue("index.target", durable=True)(conn.default_channel).declare()
+            _publish(conn, len(ids), start=ids.start)
+
+    schedule(range(0, 40))
+    assert main(["--broker", url, "waiting", "list", "--index", index]) == 0
+    assert "t-39" in capsys.readouterr().out
+    rabbitmqctl("delete_vhost", fresh_vhost)
+    rabbitmqctl("add_vhost", fresh_vhost)
+    rabbitmqctl("set_permissions", "-p", fresh_vhost, "guest", ".*", ".*", ".*")
+    schedule(range(100, 103))
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="kombu_ladder.controlplane"):
+        assert main(["--broker", url, "waiting", "list", "--index", index]) == 0
+    out, _ = capsys.readouterr()
+    assert time.monotonic() - started < 30
+    assert all(f"t-{i}" in out for i in range(100, 103)) and "t-39" not in out, out
+    assert "ladder.index was deleted and declared again" in caplog.text

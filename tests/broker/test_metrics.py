@@ -143,6 +143,25 @@ def test_the_exposition_reads_the_counters_as_they_are_now() -> None:
     assert samples(generate_latest(registry).decode())[("ladder_cancellations_enforced", ())] == 0
 
 
+def test_skipped_control_records_are_exported_by_stream_kind_and_reason() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from kombu_ladder.controlplane.reader import Skips
+
+    skips = Skips()
+    registry = CollectorRegistry()
+    registry.register(LadderCollector(Counters(), skips=skips))
+    for _ in range(3):
+        skips.count("ladder.cancellations", "cancel", "exchange")
+    skips.count("ladder.index", None, "malformed")
+    got = {labels: v for (name, labels), v in samples(generate_latest(registry).decode()).items()
+           if name == "ladder_control_records_skipped_total"}
+    key = (("kind", "cancel"), ("reason", "exchange"), ("stream", "ladder.cancellations"))
+    assert got[key] == 3
+    assert got[(("kind", "none"), ("reason", "malformed"), ("stream", "ladder.index"))] == 1
+    assert got[(("kind", "adopted"), ("reason", "unknown"), ("stream", "ladder.adoptions"))] == 0  # from zero
+
+
 def test_every_declared_metric_name_is_exported() -> None:
     from prometheus_client import CollectorRegistry
 

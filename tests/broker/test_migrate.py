@@ -143,7 +143,9 @@ def test_kombu_ladder_move_subcommand(
     assert lines[1:] == [f"{name:<26} {count:>9}" for name, count in
                          [(n, 1 if n == "acemq.schedule.10s" else 0) for n in
                           (*rung_names(), CONTROL, PARKING)]] + ["moved 1 message(s)"] + indexed
-    assert done.stderr == "", "the result is printed once: no INFO log line repeats it on stderr"
+    # (the session's vhost holds records other tests forged: reading them, the move warns that it skips them)
+    logged = [line for line in done.stderr.splitlines() if "skipping a record in ladder." not in line]
+    assert logged == [], "the result is printed once: no INFO log line repeats it on stderr"
     assert depth(connection, "acemq.schedule.10s") == 0
     with Connection(green) as conn:
         assert depth(conn, CONTROL) == 1

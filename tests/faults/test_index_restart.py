@@ -20,9 +20,9 @@ import pytest
 from kombu import Connection, Queue
 
 from kombu_ladder import LadderProducer
+from kombu_ladder.controlplane.codec import Marker, encode
 from kombu_ladder.index import IndexStore, sync
 from kombu_ladder.index.records import STREAM as INDEX
-from kombu_ladder.index.records import encode_marker
 
 from .conftest import PrivateNode
 from .faultkit import wait_until
@@ -69,7 +69,7 @@ def _served(url: str) -> bool:
         channel = conn.channel()
         try:
             channel.confirm_select()
-            channel.basic_publish_confirm(amqp.Message(encode_marker(uuid.uuid4().hex, at=0)), exchange="",
+            channel.basic_publish_confirm(amqp.Message(encode(Marker(uuid.uuid4().hex, 0))), exchange="",
                                           routing_key=INDEX, mandatory=True, confirm_timeout=2)
         except (amqp.exceptions.MessageNacked, TimeoutError, *conn.channel_errors):
             return False

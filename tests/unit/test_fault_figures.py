@@ -140,7 +140,7 @@ def test_the_page_shows_tests_of_the_suite_that_the_file_has() -> None:
     """The table's rows are figures of tests that exist (a renamed test would leave its figures stale)."""
     assert DATA == FAULT_FIGURES
     scenarios = page_scenarios()
-    assert len(scenarios) == 9
+    assert len(scenarios) == 10
     assert len(fault_rows(scenarios)) == len(scenarios)  # a KeyError if the file lacks one (the docs build fails)
     for test, _ in scenarios:
         path, name = test.split("::")

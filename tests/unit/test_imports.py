@@ -134,3 +134,23 @@ def test_the_link_and_the_pure_rules_stand_on_nothing_above_them() -> None:
     for module in ("kombu_ladder.link", "kombu_ladder.plan", "kombu_ladder.envelope", "kombu_ladder.wire"):
         above = {t for t in reach(graph, module) if _in("kombu_ladder.relay", t) or _in("kombu_ladder.simulator", t)}
         assert not above, (module, above)
+
+
+def test_the_control_plane_users_reach_nothing_of_the_relay() -> None:
+    """The index, migrate, peek and adoption read and write the control plane through kombu_ladder.controlplane,
+    and import no module of the relay's; nor does the control plane (not even through another module)."""
+    graph = import_graph()
+    users = [m for m in graph if _in("kombu_ladder.index", m) or _in("celery_ladder.adoption", m)
+             or m in ("kombu_ladder.migrate", "kombu_ladder.peek")]
+    plane = [m for m in graph if _in("kombu_ladder.controlplane", m)]
+    assert "kombu_ladder.controlplane.reader" in graph["kombu_ladder.index.reader"]  # the graph sees them
+    assert not {(m, t) for m in users for t in graph[m] if _in("kombu_ladder.relay", t)}
+    assert not {(m, t) for m in plane for t in reach(graph, m) if _in("kombu_ladder.relay", t)}
+
+
+def test_one_module_outside_the_simulator_names_the_stream_offset() -> None:
+    """Every stream of the control plane is read by kombu_ladder.controlplane.reader: the only module (the simulator
+    aside, which models the broker) where a stream offset is asked for or read."""
+    naming = {str(path.relative_to(ROOT)) for package in PACKAGES for path in (ROOT / package).rglob("*.py")
+              if "x-stream-offset" in path.read_text() and "simulator" not in path.parts}
+    assert naming == {"kombu_ladder/controlplane/reader.py"}

@@ -9,8 +9,10 @@ import pytest
 
 from kombu_ladder.cancellation.records import LIFE, SLACK
 from kombu_ladder.contract import DUE_AT, TARGET_EXCHANGE, TARGET_ROUTING_KEY
+from kombu_ladder.controlplane import ENTRY
+from kombu_ladder.controlplane.codec import decode as decode_record
 from kombu_ladder.index import Filter, IndexStore
-from kombu_ladder.index.records import Entry, decode, encode_batch, entry_of
+from kombu_ladder.index.records import Entry, encode_batch, entry_of
 
 pytestmark = pytest.mark.unit
 
@@ -150,3 +152,8 @@ def test_a_bulk_load_with_reschedules_keeps_the_latest(tmp_path: Any) -> None:
     assert store.count(Filter(due_before=NOW + 6000), NOW + 1000) == [((), 100)]
     assert len(store) == 500
     store.close()
+
+
+def decode(body: Any) -> Any:
+    """A record read from ``ladder.index``, as delivered through the index's exchange."""
+    return decode_record(body, ENTRY.exchange)

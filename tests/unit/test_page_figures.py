@@ -88,6 +88,20 @@ class Bench:
                              f"{self.section} / {self.row} {list(self.columns)}: {cells}")
 
 
+def _codec() -> Any:
+    """The control plane's codec (its kinds' limits)."""
+    from kombu_ladder.controlplane import codec
+
+    return codec
+
+
+def _snapshot_cap() -> int:
+    """The snapshot stream's byte cap, in MiB (the control plane's table)."""
+    from kombu_ladder.controlplane import SNAPSHOT_ARGUMENTS
+
+    return int(SNAPSHOT_ARGUMENTS["x-max-length-bytes"]) >> 20  # type: ignore[call-overload]
+
+
 @dataclass(frozen=True)
 class Code:
     """Computed: ``values()`` are the numbers of the phrase, in order; ``holds()``, if given, is a claim."""
@@ -231,6 +245,12 @@ SEC12 = "12. The index's store at scale"
 TEST_ON_TIME = "tests/broker/test_on_time.py"
 
 #: Every figure of every page, and its source.
+def _codec() -> Any:
+    from kombu_ladder.controlplane import codec
+
+    return codec
+
+
 FIGURES: tuple[Figure, ...] = (
     # README.md
     Figure("README.md", "p99 8.8 ms late and the worst 621 ms", Bench(SEC1, "(b) kombu_ladder", ("p99", "max"))),
@@ -256,6 +276,13 @@ FIGURES: tuple[Figure, ...] = (
     Figure("compatibility.rst", "-0.02 s to +1.5 s", Asserted("tests/celery_tier/test_celery_native_delayed.py")),
     # the relay's byte budget for held messages (issue 28)
     Figure("how.rst", "(64 MiB by default)", Code(lambda: [_plan().HOLD_BYTES >> 20])),
+    Figure("how.rst", "capped at 256 MiB", Code(lambda: [_snapshot_cap()])),
+    Figure("how.rst", "1,000 ids, 64 KiB", Code(lambda: [_codec().MAX_CANCEL_IDS, _codec().MAX_CANCEL_BYTES >> 10])),
+    Figure("how.rst", "1,000 entries, 1 MiB", Code(lambda: [_codec().MAX_ENTRIES, _codec().MAX_INDEX_BYTES >> 20])),
+    Figure("how.rst", "4 KiB", Code(lambda: [_codec().MAX_SMALL_BYTES >> 10])),
+    Figure("how.rst", "1,000 entries, 256 KiB",
+           Code(lambda: [_codec().MAX_PART_ENTRIES, _codec().MAX_PART_BYTES >> 10])),
+    Figure("operations.rst", "(at most 256 MiB)", Code(lambda: [_snapshot_cap()])),
     Figure("how.rst", "(1 MiB before the first)", Code(lambda: [_relay_guess() >> 20])),
     Figure("guarantees.rst", "(64 MiB by default)", Code(lambda: [_plan().HOLD_BYTES >> 20])),
     Figure("guarantees.rst", "limited to 400 MB", Asserted("tests/broker/test_relay_memory.py")),
@@ -287,6 +314,10 @@ FIGURES: tuple[Figure, ...] = (
            Code(lambda: [_first_step_down(5), 5, _first_step_down(3), 3])),
     Figure("how.rst", "between −5 ms and +50 ms", Asserted(TEST_ON_TIME, scale=1000)),
     Figure("how.rst", "about 108 bytes (for a 36-character id", Code(_cancel_record_bytes)),
+    # how.rst: the control plane's records, their limits from the codec's table
+    Figure("how.rst", "1,000 ids, 64 KiB", Code(lambda: [_codec().MAX_CANCEL_IDS, _codec().MAX_CANCEL_BYTES >> 10])),
+    Figure("how.rst", "1,000 entries, 1 MiB", Code(lambda: [_codec().MAX_ENTRIES, _codec().MAX_INDEX_BYTES >> 20])),
+    Figure("how.rst", r"- 4 KiB", Code(lambda: [_codec().MAX_SMALL_BYTES >> 10]), pattern=True),
     Figure("how.rst", "1,000,000 records ever written, 10,000 of them within what it reads back, started in 0.85 s",
            Bench(SEC6, "relay start, 1,000,000 records ever written")),
     Figure("how.rst", "1,000,000 records took 59.38 s (16,842 records/s)",

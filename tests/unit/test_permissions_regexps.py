@@ -99,8 +99,8 @@ def test_the_operator_declares_and_binds_the_whole_control_plane() -> None:
 ROLES = {"producer": producer(["billing", ""]), "canceller": canceller(), "relay": relay(["billing", ""]),
          "adopter": adopter(), "indexer": indexer(), "index-reader": index_reader()}
 #: The kinds each role may write (through the kind's exchange, the only way a reader accepts it).
-WRITES = {"producer": set(), "canceller": {"cancel"}, "relay": {"marker"}, "adopter": {"adopted", "marker"},
-          "indexer": {"index"}, "index-reader": {"marker"}}
+WRITES = {"producer": set(), "canceller": {"cancel"}, "relay": {"marker", "snapshot", "seal"},
+          "adopter": {"adopted", "marker"}, "indexer": {"index"}, "index-reader": {"marker"}}
 
 
 @pytest.mark.parametrize("role", sorted(ROLES))

@@ -14,8 +14,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-__all__ = ["CANCELLATIONS", "INDEX", "ADOPTIONS", "STREAM_ARGUMENTS", "Stream", "Kind", "STREAMS", "KINDS",
-           "CANCEL", "ENTRY", "ADOPTED", "MARKER", "NAMES", "kind", "is_control_plane", "accepts", "pattern",
+__all__ = ["CANCELLATIONS", "INDEX", "ADOPTIONS", "SNAPSHOTS", "STREAM_ARGUMENTS", "SNAPSHOT_ARGUMENTS", "Stream",
+           "Kind", "STREAMS", "KINDS", "CANCEL", "ENTRY", "ADOPTED", "SNAPSHOT", "SEAL", "MARKER", "NAMES",
+           "kind", "is_control_plane", "accepts", "pattern",
            "PROBE_KEY", "READ_PREFETCH", "READ_TIMEOUT", "declare_control_plane"]
 
 #: Retention of every control stream: past the longest delay the ladder accepts (ten years).
@@ -27,6 +28,17 @@ CANCELLATIONS = "ladder.cancellations"
 INDEX = "ladder.index"
 #: The stream of adoption records (Celery workers that adopt ETA tasks sent without the ladder).
 ADOPTIONS = "ladder.adoptions"
+#: The stream of snapshots of the live cancellations (written by relays, read by a relay that starts).
+SNAPSHOTS = "ladder.snapshots"
+
+#: Retention of the snapshot stream: short, since a start needs only the newest complete snapshot, which a
+#: running relay writes at least every few minutes (:mod:`kombu_ladder.snapshots`). Six hours, capped at
+#: 256 MiB; segments of 8 MiB, so that retention (which drops whole segments, never the one being
+#: written) applies at that grain. The newest complete snapshot is always kept while relays run and a
+#: snapshot is under about 240 MiB (three million live cancellations).
+SNAPSHOT_ARGUMENTS: Mapping[str, object] = {"x-queue-type": "stream", "x-max-age": "6h",
+                                            "x-max-length-bytes": 256 * 1024 * 1024,
+                                            "x-stream-max-segment-size-bytes": 8 * 1024 * 1024}
 
 
 @dataclass(frozen=True)
@@ -53,7 +65,8 @@ class Kind:
 
 
 #: The streams, in the order ``declare`` creates them.
-STREAMS = tuple(Stream(name, STREAM_ARGUMENTS) for name in (CANCELLATIONS, INDEX, ADOPTIONS))
+STREAMS = tuple([Stream(name, STREAM_ARGUMENTS) for name in (CANCELLATIONS, INDEX, ADOPTIONS)]
+                + [Stream(SNAPSHOTS, SNAPSHOT_ARGUMENTS)])
 
 #: A cancellation (``cancel``): the right to drop a waiting message.
 CANCEL = Kind("cancel", "ladder.record.cancel", (CANCELLATIONS,))
@@ -61,12 +74,18 @@ CANCEL = Kind("cancel", "ladder.record.cancel", (CANCELLATIONS,))
 ENTRY = Kind("index", "ladder.record.index", (INDEX,))
 #: An adoption record (``adopted``): a worker acks the original of an adopted task on it.
 ADOPTED = Kind("adopted", "ladder.record.adopted", (ADOPTIONS,))
+#: A part of a snapshot of the live cancellations (``snapshot``). Whoever may write one may un-cancel (a
+#: forged snapshot that leaves an id out), so only the relay role writes it.
+SNAPSHOT = Kind("snapshot", "ladder.record.snapshot", (SNAPSHOTS,))
+#: The seal of a snapshot (``seal``): its part count and the cancellation offset it covers up to. A
+#: snapshot without its seal is ignored. The relay role alone writes it, as it does the parts.
+SEAL = Kind("seal", "ladder.record.seal", (SNAPSHOTS,))
 #: A reader's catch-up marker (``marker``), into the stream its routing key names: harmless, a reader
 #: acts only on its own (a random token) and skips any other.
-MARKER = Kind("marker", "ladder.record.marker", (CANCELLATIONS, INDEX, ADOPTIONS))
+MARKER = Kind("marker", "ladder.record.marker", (CANCELLATIONS, INDEX, ADOPTIONS, SNAPSHOTS))
 
 #: Every kind, each with its exchange.
-KINDS = (CANCEL, ENTRY, ADOPTED, MARKER)
+KINDS = (CANCEL, ENTRY, ADOPTED, SNAPSHOT, SEAL, MARKER)
 
 #: Every control-plane name: the streams and the kinds' exchanges. No relay delivers to one, and no role
 #: but the operator has configure on one.
