@@ -1,19 +1,20 @@
-"""LiveSet: the ids of the live cancellations, in about 40 bytes each (pure: no kombu, no I/O).
+"""LiveSet: the ids of the live cancellations, in well under 100 bytes each (pure: no kombu, no I/O).
 
 A relay keeps every cancellation written in the last day (see :data:`LIFE`): a million after a bulk
 cancel. Kept as a dict of id strings to tuples that cost about 208 bytes each; here each is four
-64-bit numbers in sorted arrays: the id's ``hash()``, a second 64-bit digest of it (BLAKE2b), when
-its latest record was written and when the latest expires. An id matches when both its hash and
-its digest do: two distinct ids share both with a probability of about 2\\ :sup:`-128` per pair,
-far below any hardware's error rate. The newest additions wait in a small dict until there are
-enough of them to merge (an eighth of the set) or the set is pruned, so adding stays cheap.
+64-bit numbers in sorted arrays (the id's ``hash()``, where its UTF-8 bytes are, when its latest record
+was written and when the latest expires) and the id itself, a length byte and its UTF-8 bytes appended
+to one ``bytearray``. An id matches when its hash does and its bytes are equal, so the set answers
+exactly, and gives its ids back for a snapshot (:meth:`LiveSet.entries`). The newest additions wait in
+a small dict until there are enough of them to merge (an eighth of the set) or the set is pruned, so
+adding stays cheap; a prune copies the bytes of the ids it keeps once those it forgot are the most.
 """
 
 from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
-from hashlib import blake2b
+from collections.abc import Iterable
 from itertools import compress
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -41,14 +42,16 @@ SLACK = 30 * 1000
 LIFE = LONGEST_RUNG + SLACK + MARGIN
 #: The fewest pending additions merged into the arrays at once (more when the set is large: an eighth of it).
 MERGE_AT = 1024
+#: The longest id kept (UTF-8 bytes): its length is one byte of :attr:`LiveSet._ids` (an AMQP shortstr's limit).
+MAX_ID_BYTES = 255
 #: The first key an id is sorted and found by (Python's ``hash()``: a str caches it, so a lookup mostly costs none).
 _hash = hash
 
 
-def _digest(ident: str) -> int:
-    """A second 64-bit digest of ``ident``, independent of ``hash()`` (signed, to fit an ``array('q')``)."""
-    return int.from_bytes(blake2b(ident.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little",
-                          signed=True)
+
+def _utf8(ident: str) -> bytes:
+    """``ident`` as the set keeps it (an id of at most 255 bytes, as :func:`~.records.check_id` allows)."""
+    return ident.encode("utf-8", "surrogatepass")
 
 
 class LiveSet:
@@ -72,11 +75,17 @@ class LiveSet:
         self.slack_ms = slack_ms
         self.life_ms = life_ms
         self.prune_every_ms = prune_every_ms
-        #: The merged ids, sorted by ``hash()``: the hash, the digest, the latest write, the latest expiry.
+        #: The merged ids, sorted by ``hash()``: the hash, where the id is in :attr:`_ids`, the latest write,
+        #: the latest expiry.
         self._hashes = array("q")
-        self._digests = array("q")
+        self._offsets = array("q")
         self._at = array("q")
         self._until = array("q")
+        #: The merged ids' UTF-8 bytes, each after a byte of its length, in the order they were merged (the
+        #: forgotten ones stay until a prune copies the others).
+        self._ids = bytearray()
+        #: Bytes of :attr:`_ids` that belong to forgotten ids.
+        self._garbage = 0
         #: Ids added since the last merge: id -> (the latest write, the latest expiry).
         self._pending: dict[str, tuple[int, int]] = {}
         self._next_prune = 0
@@ -97,16 +106,7 @@ class LiveSet:
         until = self.expiry(record)
         if until <= now:
             return False
-        ident = record.id
-        slot = self._slot(ident)
-        if slot >= 0:
-            self._at[slot] = max(self._at[slot], record.at)
-            self._until[slot] = max(self._until[slot], until)
-            return True
-        at, old_until = self._pending.get(ident, (record.at, until))
-        self._pending[ident] = (max(at, record.at), max(old_until, until))
-        if len(self._pending) >= max(MERGE_AT, len(self._hashes) >> 3):
-            self._merge()
+        self._keep(record.id, record.at, until)
         return True
 
     def cancelled(self, message_id: Any, now: int, *, entered: Optional[int] = None) -> bool:
@@ -137,12 +137,36 @@ class LiveSet:
         count = len(expired)
         if self._until and min(self._until) <= now:
             keep = [until > now for until in self._until]
+            ids = self._ids
+            self._garbage += sum(ids[offset] + 1 for offset in compress(self._offsets, [not k for k in keep]))
             count += len(keep) - sum(keep)
-            for name in ("_hashes", "_digests", "_at", "_until"):
+            for name in ("_hashes", "_offsets", "_at", "_until"):
                 setattr(self, name, array("q", compress(getattr(self, name), keep)))
+            if self._garbage * 2 > len(ids):
+                self._compact()
         if self._pending:
             self._merge()
         return count
+
+    def entries(self) -> list[tuple[str, int, int]]:
+        """Every live cancellation as ``(id, written, until)`` (epoch ms): what a snapshot holds."""
+        ids = self._ids
+        merged = [(ids[offset + 1:offset + 1 + ids[offset]].decode("utf-8", "surrogatepass"), at, until)
+                  for offset, at, until in zip(self._offsets, self._at, self._until)]
+        return merged + [(key, at, until) for key, (at, until) in self._pending.items()]
+
+    def restore(self, entries: Iterable[tuple[str, int, int]], now: int) -> int:
+        """Keep the cancellations of a snapshot (see :meth:`entries`) that live past ``now``; return how many.
+
+        An id already kept keeps the latest written and the latest expiry of the two, as :meth:`add` does.
+        """
+        kept = 0
+        for key, at, until in entries:
+            if until <= now:
+                continue
+            self._keep(key, at, until)
+            kept += 1
+        return kept
 
     def __len__(self) -> int:
         return len(self._hashes) + len(self._pending)
@@ -151,6 +175,20 @@ class LiveSet:
         return self._get(message_id) is not None
 
     # -- the arrays --------------------------------------------------------------------------------------------
+
+    def _keep(self, ident: str, at: int, until: int) -> None:
+        """Keep ``ident`` written at ``at`` until ``until``, or its latest write and expiry if it is kept already."""
+        slot = self._slot(ident)
+        if slot >= 0:
+            self._at[slot] = max(self._at[slot], at)
+            self._until[slot] = max(self._until[slot], until)
+            return
+        if len(_utf8(ident)) > MAX_ID_BYTES:
+            raise ValueError(f"a cancelled id must be at most {MAX_ID_BYTES} bytes in UTF-8, not {ident[:40]!r}...")
+        old_at, old_until = self._pending.get(ident, (at, until))
+        self._pending[ident] = (max(old_at, at), max(old_until, until))
+        if len(self._pending) >= max(MERGE_AT, len(self._hashes) >> 3):
+            self._merge()
 
     def _get(self, ident: object) -> Optional[tuple[int, int]]:
         """(the latest write, the latest expiry) of ``ident``'s records, or None."""
@@ -171,18 +209,28 @@ class LiveSet:
         slot = bisect_left(hashes, key)
         if slot == len(hashes) or hashes[slot] != key:
             return -1
-        digest = _digest(ident)
-        while slot < len(hashes) and hashes[slot] == key:  # ids with one hash() (rare): the digest tells
-            if self._digests[slot] == digest:
+        wanted = _utf8(ident)
+        size = len(wanted)
+        ids, offsets = self._ids, self._offsets
+        while slot < len(hashes) and hashes[slot] == key:  # ids with one hash() (rare): their bytes tell
+            offset = offsets[slot]
+            if ids[offset] == size and ids[offset + 1:offset + 1 + size] == wanted:
                 return slot
             slot += 1
         return -1
 
     def _merge(self) -> None:
         """Move the pending ids into the sorted arrays (one copy of each array, in C, between insertion points)."""
-        new = sorted((_hash(ident), _digest(ident), at, until) for ident, (at, until) in self._pending.items())
+        ids = self._ids
+        new = []
+        for ident, (at, until) in self._pending.items():
+            data = _utf8(ident)
+            new.append((_hash(ident), len(ids), at, until))
+            ids.append(len(data))
+            ids += data
+        new.sort()
         self._pending = {}
-        old = (self._hashes, self._digests, self._at, self._until)
+        old = (self._hashes, self._offsets, self._at, self._until)
         merged = tuple(array("q") for _ in old)
         start = 0
         for item in new:
@@ -193,4 +241,12 @@ class LiveSet:
             start = end
         for column, source in zip(merged, old):
             column.extend(source[start:])
-        self._hashes, self._digests, self._at, self._until = merged
+        self._hashes, self._offsets, self._at, self._until = merged
+
+    def _compact(self) -> None:
+        """Copy the bytes of the kept ids into a new :attr:`_ids`, without those of the forgotten ones."""
+        old, ids, offsets = self._ids, bytearray(), array("q")
+        for offset in self._offsets:
+            offsets.append(len(ids))
+            ids += old[offset:offset + 1 + old[offset]]
+        self._ids, self._offsets, self._garbage = ids, offsets, 0

@@ -38,6 +38,16 @@ class Model:
             return False
         return entered is None or entered <= found[0] + self.live.slack_ms
 
+    def restore(self, entries: list[tuple[str, int, int]], now: int) -> int:
+        live = [(ident, at, until) for ident, at, until in entries if until > now]
+        for ident, at, until in live:
+            old_at, old_until = self.records.get(ident, (at, until))
+            self.records[ident] = (max(old_at, at), max(old_until, until))
+        return len(live)
+
+    def entries(self) -> list[tuple[str, int, int]]:
+        return sorted((ident, at, until) for ident, (at, until) in self.records.items())
+
     def prune(self, now: int) -> int:
         expired = [k for k, (_, until) in self.records.items() if until <= now]
         for key in expired:
@@ -64,7 +74,7 @@ def test_ids_merged_into_the_arrays_are_found_with_their_times_and_updated_in_pl
     assert live.cancelled("id-5", NOW + 20_999) and len(live) == n
 
 
-def test_ids_that_share_a_hash_are_told_apart_by_their_digest(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ids_that_share_a_hash_are_told_apart_by_their_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(liveset, "_hash", lambda ident: 42)
     live = LiveSet()
     ids = [f"same-{i}" for i in range(MERGE_AT + 1)]  # one merge, and one pending
@@ -74,6 +84,7 @@ def test_ids_that_share_a_hash_are_told_apart_by_their_digest(monkeypatch: pytes
     assert all(live.cancelled(ident, NOW, entered=NOW + i + live.slack_ms) for i, ident in enumerate(ids))
     assert not any(live.cancelled(ident, NOW, entered=NOW + i + live.slack_ms + 1) for i, ident in enumerate(ids))
     assert "other" not in live and not live.cancelled("other", NOW)
+    assert sorted(live.entries()) == sorted((ident, NOW + i, NOW + live.life_ms + i) for i, ident in enumerate(ids))
 
 
 def test_prune_forgets_the_expired_ones_pending_and_merged_and_keeps_the_rest() -> None:
@@ -92,7 +103,9 @@ def test_random_operations_answer_as_the_dict_did() -> None:
     rng = random.Random(5)
     live = LiveSet(margin_ms=50, slack_ms=3, life_ms=400)
     model = Model(live)
-    ids = [f"m-{i}" for i in range(3000)]
+    # ids of one, two, three and four UTF-8 bytes a character, and a lone surrogate (check_id lets it through)
+    prefixes = ("m", "é", "€", "😀", "\ud800")
+    ids = [f"{prefixes[i % 5]}-{i}" for i in range(3000)]
     now = NOW
     for step in range(20_000):
         now += rng.randrange(2)
@@ -102,10 +115,55 @@ def test_random_operations_answer_as_the_dict_did() -> None:
             due = rng.choice([None, now + rng.randrange(-100, 300)])
             record = Record("cancel", ident, now - rng.randrange(500), due)
             assert live.add(record, now) == model.add(record, now)
-        elif action < 0.98:
+        elif action < 0.97:
             entered = rng.choice([None, now - rng.randrange(600)])
             assert live.cancelled(ident, now, entered=entered) == model.cancelled(ident, now, entered), step
+        elif action < 0.98:  # a snapshot's entries (random, some expired, some kept already) restored into both
+            entries = [(rng.choice(ids), now - rng.randrange(500), now + rng.randrange(-50, 400)) for _ in range(30)]
+            assert live.restore(entries, now) == model.restore(entries, now)
+        elif action < 0.99:  # a relay started again: a new set restored from the entries of this one
+            assert live.prune(now, force=True) == model.prune(now)
+            copy = LiveSet(margin_ms=50, slack_ms=3, life_ms=400)
+            assert copy.restore(live.entries(), now) == len(model.records)
+            live = model.live = copy
         else:
             assert live.prune(now, force=True) == model.prune(now)
             assert len(live) == len(model.records)
+            assert sorted(live.entries()) == model.entries(), step
     assert sorted(i for i in ids if i in live) == sorted(model.records)
+    assert sorted(live.entries()) == model.entries()
+    assert all(type(e) is tuple and type(e[0]) is str and type(e[1]) is int and type(e[2]) is int
+               for e in live.entries())
+
+
+def test_entries_round_trip_merged_and_pending_ids_and_restore_keeps_the_latest() -> None:
+    live = LiveSet(margin_ms=0)
+    n = MERGE_AT + 3  # merged and pending
+    for i in range(n):
+        live.add(Record("cancel", f"id-{i}", NOW + i, NOW + 10_000), NOW)
+    assert live._hashes and live._pending
+    entries = live.entries()
+    assert sorted(entries) == sorted((f"id-{i}", NOW + i, NOW + 10_000) for i in range(n))
+    assert live.restore(entries, NOW) == n and sorted(live.entries()) == sorted(entries)  # itself: no change
+    assert live.restore([("id-1", NOW - 5, NOW + 20_000), ("id-2", NOW + 99, NOW + 1)], NOW) == 2
+    found = dict((ident, (at, until)) for ident, at, until in live.entries())
+    assert found["id-1"] == (NOW + 1, NOW + 20_000) and found["id-2"] == (NOW + 99, NOW + 10_000)
+    assert live.restore([("gone", NOW - 5, NOW)], NOW) == 0 and "gone" not in live
+
+
+def test_a_prune_that_forgets_most_ids_drops_their_bytes() -> None:
+    live = LiveSet(margin_ms=0)
+    n = 4 * MERGE_AT
+    for i in range(n):  # three in four expire at NOW + 100
+        live.add(Record("cancel", f"id-{i:05}", NOW, NOW + (3_600_000 if i % 4 == 0 else 100)), NOW)
+    live.prune(NOW, force=True)
+    assert len(live._ids) == n * 9  # a length byte and 8 bytes each
+    assert live.prune(NOW + 100, force=True) == 3 * n // 4
+    assert len(live._ids) == n // 4 * 9 and live._garbage == 0
+    assert sorted(live.entries()) == [(f"id-{i:05}", NOW, NOW + 3_600_000) for i in range(0, n, 4)]
+    assert all(live.cancelled(f"id-{i:05}", NOW + 200) == (i % 4 == 0) for i in range(n))
+
+
+def test_an_id_longer_than_an_amqp_message_id_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="at most 255 bytes"):
+        LiveSet().add(Record("cancel", "é" * 128, NOW, None), NOW)
