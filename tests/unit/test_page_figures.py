@@ -313,6 +313,10 @@ FIGURES: tuple[Figure, ...] = (
     Figure("how.rst", "1,000,000 records took 59.38 s (16,842 records/s)",
            Bench(SEC6, "relay start, 1,000,000 records")),
     Figure("how.rst", "hopped 4,520 messages/s against 4,332 with none", Bench(SEC6, "hops/s")),
+    Figure("how.rst", "started in 4.16 s (median of five)", Bench(SEC6, "relay start from a snapshot")),
+    Figure("how.rst", "reconnected in 0.08 s", Bench(SEC6, "relay reconnect")),
+    Figure("how.rst", "took 301.62 s on the same stream",
+           Bench(SEC6, "relay start reading the last day back")),
     Figure("how.rst", "1,000,000 live cancellations take 198.1 MiB", Bench(SEC6, "memory")),
     # web.rst
     Figure("web.rst", "bodies are cut to 4 KiB",
