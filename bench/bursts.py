@@ -55,7 +55,7 @@ from .common import (
 )
 
 __all__ = ["SHAPES", "KINDS", "RELAYS", "SIZE", "KEPT_UP_MS", "body", "broker_only", "lead_s", "read_arrivals",
-           "Fleet", "Stamps", "burst_round", "run", "main"]
+           "Fleet", "Stamps", "burst_round", "raw_loop", "run", "main"]
 
 #: Burst shapes: each message due at its own millisecond of the second, or every one the same message.
 SHAPES = ("distinct", "identical")
@@ -211,6 +211,32 @@ def broker_only(vhost: Vhost, n: int) -> dict[str, Any]:
     rate = n / (last - released)
     log(f"  broker only: {n:,} dead-lettered at {rate:,.0f}/s ({last - released:.2f} s)")
     return {"n": n, "moved": moved, "rate": rate, "seconds": last - released}
+
+
+def raw_loop(vhost: Vhost, n: int) -> dict[str, Any]:
+    """The same burst moved by a raw py-amqp loop (``bench.relay_proc --kind raw``): ``n`` expired scheduled
+    ``SIZE``-byte persistent messages wait in the control queue, and the loop republishes each unchanged to
+    :data:`TARGET` with pipelined confirms, acking with ``multiple=True`` once confirmed. Its rate is measured
+    as the rounds' is: arrivals at the consumer over the time from the first to the last. It decides nothing,
+    holds nothing and checks no cancellation: what a relay does beyond moving bytes is what the ratio shows.
+    """
+    from .throughput import preload_control, relay_round
+
+    with vhost.connection() as conn:
+        for queue in (TARGET, CONTROL):
+            conn.default_channel.queue_purge(queue)
+    preload_control(vhost, n, due_in=0, target=TARGET, label="raw loop: preload", body=body)
+    stamps = Stamps(vhost.url, n, time.time() + 180 + n / 250)
+    try:
+        moved = relay_round(vhost, "raw", 1, expected=n, options=("--exchange", "", "--routing-key", TARGET))
+        _late, span = stamps.collect()
+    finally:
+        stamps.stop()
+    arrived = len(_late)
+    rate = arrived / span if span else None
+    cpu = moved["cpu_us_per_hop"] if moved["count"] else None
+    log(f"  raw loop: {arrived:,}/{n:,} arrived at {rate or 0:,.0f}/s, {cpu or 0:,.0f} µs of CPU per message")
+    return {"n": n, "arrived": arrived, "rate": rate, "seconds": span, "cpu_us": cpu}
 
 
 def arrivals_main(url: str, n: int, deadline: float) -> None:
@@ -387,12 +413,15 @@ def run(config: Config) -> dict[str, Any]:
     n = config.bursts_n
     rounds: list[dict[str, Any]] = []
     alone: list[dict[str, Any]] = []
+    raw: list[dict[str, Any]] = []
     with Vhost("bursts") as vhost:
         with vhost.connection() as conn:
             declare(conn)
             Queue(TARGET, durable=True)(conn.default_channel).declare()
         log(f"bursts: the broker alone, {n:,} expired {SIZE}-byte persistent messages")
         alone.append(broker_only(vhost, n))
+        log(f"bursts: a raw py-amqp loop moving {n:,} expired messages to the consumer")
+        raw.append(raw_loop(vhost, n))
         for shape in SHAPES:
             for kind in KINDS:
                 for relays in RELAYS:
@@ -410,13 +439,19 @@ def run(config: Config) -> dict[str, Any]:
                     rounds.append(result)
         log(f"bursts: the broker alone again, {n:,} expired messages")
         alone.append(broker_only(vhost, n))
+        log(f"bursts: the raw loop again, {n:,} expired messages")
+        raw.append(raw_loop(vhost, n))
     rates = [a["rate"] for a in alone if a.get("rate")]
     reference = median(rates) if rates else None
+    raw_rates = [r["rate"] for r in raw if r.get("rate")]
+    raw_rate = median(raw_rates) if raw_rates else None
     for result in rounds:
         if reference and result.get("rate"):
             result["ratio"] = result["rate"] / reference
+        if raw_rate and result.get("rate"):
+            result["raw_ratio"] = result["rate"] / raw_rate
     return {"n": n, "size": SIZE, "lead_s": lead_s(n), "broker_only": alone, "broker_only_rate": reference,
-            "rounds": rounds}
+            "raw_loop": raw, "raw_loop_rate": raw_rate, "rounds": rounds}
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -199,9 +199,9 @@ def closing(results: dict[str, Any]) -> list[str]:
             f"running other suites; nothing in the ladder's path sets this tail, since the task reaches the worker "
             f"before its ETA and waits there.")
     relay = results.get("relay")
-    if relay and "error" not in relay and relay["ratio"] < 0.8:
+    if relay and "error" not in relay and relay["ratio"] < 1.0:
         out.append(
-            f"- **Missed: relay ≥ 0.8× the raw loop** ({relay['ratio']:.2f}×, per repeat "
+            f"- **Missed: relay ≥ 1.0× the raw loop** ({relay['ratio']:.2f}×, per repeat "
             f"{', '.join(f'{r:.2f}' for r in relay['ratio_per_repeat'])}).{_relay_cpu(results)} Why: the rounds "
             f"swing with the machine's load by more than the relays differ. What would close it: a quiet machine "
             f"for the measurement; the CPU per hop shows the intrinsic gap.")

@@ -134,6 +134,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--idle", type=float, default=1.0)
     parser.add_argument("--forever", action="store_true", help="run until SIGTERM (no go/idle protocol)")
     parser.add_argument("--profile", metavar="FILE", help="write cProfile stats of the run to FILE")
+    parser.add_argument("--exchange", default=EXCHANGE, help="the raw loop's target exchange (default: the rungs')")
+    parser.add_argument("--routing-key", default=rung_name(3600), help="the raw loop's routing key (default: 1h rung)")
     args = parser.parse_args(argv)
     if not args.forever:
         print("ready", flush=True)
@@ -146,7 +148,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         result = _ours(args)
     else:
         result = raw_relay(args.url, prefetch=args.prefetch, idle=args.idle,
-                           exchange=EXCHANGE, routing_key=rung_name(3600))
+                           exchange=args.exchange, routing_key=args.routing_key)
     if profiler:
         profiler.disable()
         profiler.dump_stats(args.profile)

@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import amqp
 
@@ -24,8 +24,9 @@ ROUNDS = (("raw", 1), ("ours", 1), ("ours", 2))
 
 
 def preload_control(vhost: Vhost, n: int, *, due_in: float, target: str = "bench.target",
-                    label: str = "preload") -> None:
-    """Put ``n`` expired scheduled messages (600 bytes, persistent) into the control queue.
+                    label: str = "preload", body: Callable[[int, int], bytes] = payload) -> None:
+    """Put ``n`` expired scheduled messages (``body(i, due_ms)``: by default 600 bytes, persistent) into the
+    control queue.
 
     They are published into the 1 s rung, so they reach the control queue by
     dead-lettering, with ``x-death`` headers, as in production. No relay runs.
@@ -38,7 +39,7 @@ def preload_control(vhost: Vhost, n: int, *, due_in: float, target: str = "bench
         headers = scheduled_headers({}, exchange="", routing_key=target, due_at=due, content_type="application/json")
         progress = Progress(n, label)
         for i in range(n):
-            message = amqp.Message(payload(i, due), content_type="application/json", delivery_mode=2,
+            message = amqp.Message(body(i, due), content_type="application/json", delivery_mode=2,
                                    type=MESSAGE_TYPE, application_headers=headers)
             channel.basic_publish(message, exchange=EXCHANGE, routing_key=rung_name(1))
             if i % 500 == 0:
@@ -49,12 +50,13 @@ def preload_control(vhost: Vhost, n: int, *, due_in: float, target: str = "bench
 
 
 def relay_round(vhost: Vhost, kind: str, processes: int, *, expected: int, timeout: float = 600,
-                profile: Optional[str] = None) -> dict[str, Any]:
-    """Run ``processes`` relays of ``kind`` over what waits in the control queue; return the rate."""
+                profile: Optional[str] = None, options: Sequence[str] = ()) -> dict[str, Any]:
+    """Run ``processes`` relays of ``kind`` over what waits in the control queue; return the rate.
+    ``options``: more arguments of ``bench.relay_proc`` (the raw loop's target)."""
     children = []
     try:
         for p in range(processes):
-            argv = [sys.executable, "-m", "bench.relay_proc", "--kind", kind, "--url", vhost.url]
+            argv = [sys.executable, "-m", "bench.relay_proc", "--kind", kind, "--url", vhost.url, *options]
             if profile:
                 argv += ["--profile", f"{profile}.{kind}.{p}"]
             children.append(Child(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE))
@@ -106,10 +108,14 @@ def run(config: Config) -> dict[str, Any]:
         cpu = [r["cpu_us_per_hop"] for r in rounds if r["kind"] == kind and r["processes"] == processes]
         summary[f"{kind}x{processes}"] = {"median": median(rates), "rates": rates, "cpu_us_per_hop": median(cpu)}
     raw1 = summary["rawx1"]["median"]
-    ratios = [o["rate"] / r["rate"] for o, r in zip(
-        [x for x in rounds if x["kind"] == "ours" and x["processes"] == 1],
-        [x for x in rounds if x["kind"] == "raw" and x["processes"] == 1]) if r["rate"]]
+    pairs = list(zip([x for x in rounds if x["kind"] == "ours" and x["processes"] == 1],
+                     [x for x in rounds if x["kind"] == "raw" and x["processes"] == 1]))
+    ratios = [o["rate"] / r["rate"] for o, r in pairs if r["rate"]]
+    # the raw loop's CPU per hop over ours: 1.0x or more is a relay that costs no more per hop
+    cpu_ratios = [r["cpu_us_per_hop"] / o["cpu_us_per_hop"] for o, r in pairs
+                  if o["cpu_us_per_hop"] and o["cpu_us_per_hop"] == o["cpu_us_per_hop"]]
     return {"n": n, "repeats": config.relay_repeats, "rounds": rounds, "summary": summary,
             "ratio": median(ratios) if ratios else float("nan"),
+            "cpu_ratio": median(cpu_ratios) if cpu_ratios else float("nan"), "cpu_ratio_per_repeat": cpu_ratios,
             "ratio_of_medians": summary["oursx1"]["median"] / raw1 if raw1 else float("nan"),
             "ratio_per_repeat": ratios, "complete": all(r["count"] == n for r in rounds)}

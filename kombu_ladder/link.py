@@ -13,6 +13,7 @@ from amqp.basic_message import Message as AmqpMessage
 from amqp.connection import Connection as AmqpConnection
 from amqp.exceptions import ConnectionError as AMQPConnectionError
 from amqp.exceptions import RecoverableConnectionError
+from amqp.serialization import dumps
 
 __all__ = [
     "CONNECTION_ERRORS", "HEADER_OVERHEAD", "OnClose", "Schedule", "RawMessage", "sends_encoded", "Guard", "Link",
@@ -37,6 +38,20 @@ OnClose = Callable[[int, str, int, int], None]
 
 #: ``schedule(seconds, callback)``: set one timer entry in a loop; return it (``cancel()``), or anything.
 Schedule = Callable[[float, Callable[[], None]], Any]
+
+#: Bytes of a frame besides its payload: type, channel, size and the end octet.
+FRAME_OVERHEAD = 8
+#: How many encoded publish method frames (one per channel, exchange and routing key) a link keeps.
+METHODS_KEPT = 1024
+_PUBLISH = struct.pack(">HH", *spec.Basic.Publish)
+_CONTENT = struct.Struct(">BHIHHQ").pack
+_BODY = struct.Struct(">BHI").pack
+_END = b"\xce"
+
+
+def _frame(kind: int, channel_id: int, payload: bytes) -> bytes:
+    return struct.pack(">BHI", kind, channel_id, len(payload)) + payload + _END
+
 
 #: Method frame prefix of channel.close, and the properties py-amqp is shown instead of the real ones.
 _CLOSE = struct.pack(">HH", *spec.Channel.Close)
@@ -180,6 +195,8 @@ class AmqpLink:
     def __init__(self, connection: AmqpConnection) -> None:
         self.connection = connection
         self.guard = Guard()
+        #: Encoded ``basic.publish`` method frames by (channel id, exchange, routing key).
+        self._methods: dict[tuple[int, str, str], bytes] = {}
         connection.on_inbound_frame = self.guard.filter(connection.on_inbound_frame)
 
     @property
@@ -201,9 +218,28 @@ class AmqpLink:
         It also never waits for a confirm where the connection was opened with
         ``confirm_publish``.
         """
-        if not channel.connection:
+        connection = channel.connection
+        if not connection:
             raise RecoverableConnectionError("basic_publish: connection closed")
-        channel.send_method(spec.Basic.Publish, "Bssbb", (0, exchange, routing_key, True, False), message)
+        body, raw = message.body, message.raw
+        if not isinstance(body, bytes) or 2 * FRAME_OVERHEAD + len(raw) + len(body) + 64 > connection.frame_max:
+            channel.send_method(spec.Basic.Publish, "Bssbb", (0, exchange, routing_key, True, False), message)
+            return
+        # The frames py-amqp would write, built here: the method frame of each (channel, exchange,
+        # routing key) once, then the content header and the body, sent with one write.
+        key = (channel.channel_id, exchange, routing_key)
+        method = self._methods.get(key)
+        if method is None:
+            if len(self._methods) >= METHODS_KEPT:
+                self._methods.clear()
+            args = dumps("Bssbb", (0, exchange, routing_key, True, False))
+            method = self._methods[key] = _frame(1, channel.channel_id, _PUBLISH + args)
+        channel_id = channel.channel_id
+        frames = [method, _CONTENT(2, channel_id, 12 + len(raw), 60, 0, len(body)), raw, _END]
+        if body:
+            frames += (_BODY(3, channel_id, len(body)), body, _END)
+        connection.transport.write(b"".join(frames))
+        connection.bytes_sent += 1
 
     def discard(self, channel: Any) -> None:
         """Answer the broker's ``channel.close`` and free the channel's number."""

@@ -406,7 +406,7 @@ class RelayCore:
         if problem is not None:
             return Park(f"malformed: {problem}; its properties are kept as bytes")
         job.props = props
-        job.headers, _ = outgoing.views(props)
+        job.headers = None if props.headers is None else outgoing.Headers(props.headers)  # the other fields stay bytes
         cancelled = self.cancels.cancelled(props.fields.get("message_id"), props.fields.get("correlation_id"),
                                            job.headers)
         if cancelled is not None:

@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterator, Optional
 from kombu.mixins import ConsumerMixin
 
 from ..errors import TopologyConflict
+from ..frames import read_in_bulk
 from ..link import clock_of, link_for
 from ..targets import ExchangeCheck
 from ..topology import declare
@@ -298,6 +299,7 @@ class Relay(ConsumerMixin):
         due (:meth:`RelayCore.next_wakeup`), and due messages are published (:meth:`RelayCore.fire`) first."""
         core, elapsed = self.core, 0.0
         with self.consumer_context(**kwargs) as (conn, _channel, _consumers):
+            read_in_bulk(getattr(conn, "connection", None))  # this loop reads while frames are buffered
             if not core.cancels.ready:  # the cancellations' marker is read by the drain_events below
                 self._pause_at("catching-up")
             for _ in limit and range(limit) or count():

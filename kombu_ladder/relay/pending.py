@@ -89,35 +89,54 @@ class _Flight:
     They can be told apart when a return comes back: either their properties are
     the same bytes (identical messages, interchangeable: a return may be credited
     to any of them), or their normal forms differ. :meth:`admits` keeps it so.
+    While every publish in flight has the same encoding (nearly always one publish:
+    bodies differ), no normal form is worked out: it costs a decode and an encode.
     """
 
-    __slots__ = ("publishes", "raws")
+    __slots__ = ("publishes", "_only", "_raws")
 
     def __init__(self) -> None:
         self.publishes: list[Publish] = []
-        #: normal form -> the one encoding in flight with it (a malformed one: None -> its bytes).
-        self.raws: dict[Optional[bytes], bytes] = {}
+        #: The one encoding in flight, while every publish has it (None: none in flight, or see ``_raws``).
+        self._only: Optional[bytes] = None
+        #: Once encodings differ: normal form -> the one encoding in flight with it (malformed: None -> its bytes).
+        self._raws: Optional[dict[Optional[bytes], bytes]] = None
+
+    def _table(self) -> dict[Optional[bytes], bytes]:
+        """The normal forms in flight, worked out when a second encoding joins."""
+        if self._raws is None:
+            self._raws = {self.publishes[0].normal: self.publishes[0].raw} if self.publishes else {}
+        return self._raws
 
     def admits(self, publish: Publish) -> bool:
         """Whether ``publish`` can fly with these and still be named exactly by a return."""
         if not self.publishes:
             return True
-        if len(self.raws) == 1 and publish.raw in self.raws.values():
+        if self._raws is None and publish.raw == self._only:
             return True  # twins: the common case costs no decoding
+        raws = self._table()
+        if len(raws) == 1 and publish.raw in raws.values():
+            return True
         normal = publish.normal
-        if normal is None or None in self.raws:
+        if normal is None or None in raws:
             return False  # malformed properties are told apart by nothing but their being alone
-        return self.raws.get(normal, publish.raw) == publish.raw
+        return raws.get(normal, publish.raw) == publish.raw
 
     def add(self, publish: Publish) -> None:
-        if not self.publishes or publish.raw not in self.raws.values():
-            self.raws[publish.normal] = publish.raw
+        if not self.publishes:
+            self._only, self._raws = publish.raw, None
+        elif self._raws is not None or publish.raw != self._only:
+            raws = self._table()
+            if publish.raw not in raws.values():
+                raws[publish.normal] = publish.raw
         self.publishes.append(publish)
 
     def remove(self, publish: Publish) -> None:
         self.publishes.remove(publish)
-        if not any(p.raw == publish.raw for p in self.publishes):
-            self.raws = {raw_normal: raw for raw_normal, raw in self.raws.items() if raw != publish.raw}
+        if not self.publishes:
+            self._only, self._raws = None, None
+        elif self._raws is not None and not any(p.raw == publish.raw for p in self.publishes):
+            self._raws = {raw_normal: raw for raw_normal, raw in self._raws.items() if raw != publish.raw}
 
     def returned(self, raw: bytes) -> Optional[Publish]:
         """The publish a return carrying properties ``raw`` names: the first such not returned yet."""

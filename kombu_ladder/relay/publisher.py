@@ -162,8 +162,10 @@ class Publisher:
             return
         job.publish = publish
         publish.seq = None
-        if self._queued or self._capped():
-            self._queued.append(publish)  # behind those already waiting: the order they were sent in
+        if self._queued or self._capped() or self.channel is None:
+            # behind those already waiting, in the order they were sent; or while the channel is opened
+            # again (its open waits for the broker's reply, and the frames read meanwhile are handled)
+            self._queued.append(publish)
         else:
             self._dispatch(publish)
 
@@ -181,7 +183,7 @@ class Publisher:
     def _drain(self) -> None:
         """Send what waited under the cap, as far as confirms made room (not while sending suspects one at a time)."""
         queued = self._queued
-        while queued and self._careful is None and not self._capped():
+        while queued and self._careful is None and not self._capped() and self.channel is not None:
             publish = queued.popleft()
             job = publish.job
             if job.tag >= 0 and self.pending.jobs.get(job.tag) is not job:
@@ -437,6 +439,7 @@ class Publisher:
                 self._back_off(publish, escape(text))
             else:
                 self.park(publish.job, reason)
+        self._drain()  # what arrived while the channel was opened again (see send)
 
     def _culprit(self, lost: list[Publish], text: str, method: tuple[int, int], *,
                  careful: bool) -> Optional[Publish]:

@@ -148,14 +148,9 @@ def test_the_control_plane_users_reach_nothing_of_the_relay() -> None:
     assert not {(m, t) for m in plane for t in reach(graph, m) if _in("kombu_ladder.relay", t)}
 
 
-#: Modules still reading a stream by themselves, until they move onto the one reader (the relay's CancelWatch is
-#: moved by another change; remove it from here then).
-NOT_YET_ON_THE_READER = {"kombu_ladder/relay/cancelwatch.py"}
-
-
 def test_one_module_outside_the_simulator_names_the_stream_offset() -> None:
     """Every stream of the control plane is read by kombu_ladder.controlplane.reader: the only module (the simulator
     aside, which models the broker) where a stream offset is asked for or read."""
     naming = {str(path.relative_to(ROOT)) for package in PACKAGES for path in (ROOT / package).rglob("*.py")
               if "x-stream-offset" in path.read_text() and "simulator" not in path.parts}
-    assert naming - NOT_YET_ON_THE_READER == {"kombu_ladder/controlplane/reader.py"}
+    assert naming == {"kombu_ladder/controlplane/reader.py"}

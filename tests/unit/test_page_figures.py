@@ -244,6 +244,12 @@ SEC1, SEC2, SEC5, SEC6, SEC7 = ("1. Lateness", "2. Worker footprint", "5. Scale"
 TEST_ON_TIME = "tests/broker/test_on_time.py"
 
 #: Every figure of every page, and its source.
+def _codec() -> Any:
+    from kombu_ladder.controlplane import codec
+
+    return codec
+
+
 FIGURES: tuple[Figure, ...] = (
     # README.md
     Figure("README.md", "p99 8.8 ms late and the worst 621 ms", Bench(SEC1, "(b) kombu_ladder", ("p99", "max"))),
@@ -307,6 +313,10 @@ FIGURES: tuple[Figure, ...] = (
            Code(lambda: [_first_step_down(5), 5, _first_step_down(3), 3])),
     Figure("how.rst", "between −5 ms and +50 ms", Asserted(TEST_ON_TIME, scale=1000)),
     Figure("how.rst", "about 108 bytes (for a 36-character id", Code(_cancel_record_bytes)),
+    # how.rst: the control plane's records, their limits from the codec's table
+    Figure("how.rst", "1,000 ids, 64 KiB", Code(lambda: [_codec().MAX_CANCEL_IDS, _codec().MAX_CANCEL_BYTES >> 10])),
+    Figure("how.rst", "1,000 entries, 1 MiB", Code(lambda: [_codec().MAX_ENTRIES, _codec().MAX_INDEX_BYTES >> 20])),
+    Figure("how.rst", r"- 4 KiB", Code(lambda: [_codec().MAX_SMALL_BYTES >> 10]), pattern=True),
     Figure("how.rst", "about 207.8 bytes of memory", Bench(SEC6, "memory")),
     Figure("how.rst", "1,000,000 records ever written, 10,000 of them within what it reads back, started in 0.85 s",
            Bench(SEC6, "relay start, 1,000,000 records ever written")),
