@@ -88,13 +88,6 @@ class Bench:
                              f"{self.section} / {self.row} {list(self.columns)}: {cells}")
 
 
-def _codec() -> Any:
-    """The control plane's codec (its kinds' limits)."""
-    from kombu_ladder.controlplane import codec
-
-    return codec
-
-
 def _snapshot_cap() -> int:
     """The snapshot stream's byte cap, in MiB (the control plane's table)."""
     from kombu_ladder.controlplane import SNAPSHOT_ARGUMENTS
@@ -276,9 +269,6 @@ FIGURES: tuple[Figure, ...] = (
     # the relay's byte budget for held messages (issue 28)
     Figure("how.rst", "(64 MiB by default)", Code(lambda: [_plan().HOLD_BYTES >> 20])),
     Figure("how.rst", "capped at 256 MiB", Code(lambda: [_snapshot_cap()])),
-    Figure("how.rst", "1,000 ids, 64 KiB", Code(lambda: [_codec().MAX_CANCEL_IDS, _codec().MAX_CANCEL_BYTES >> 10])),
-    Figure("how.rst", "1,000 entries, 1 MiB", Code(lambda: [_codec().MAX_ENTRIES, _codec().MAX_INDEX_BYTES >> 20])),
-    Figure("how.rst", "4 KiB", Code(lambda: [_codec().MAX_SMALL_BYTES >> 10])),
     Figure("how.rst", "1,000 entries, 256 KiB",
            Code(lambda: [_codec().MAX_PART_ENTRIES, _codec().MAX_PART_BYTES >> 10])),
     Figure("operations.rst", "(at most 256 MiB)", Code(lambda: [_snapshot_cap()])),
