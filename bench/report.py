@@ -285,7 +285,14 @@ def _snapshot_rows(snapshots: Any) -> list[str]:
             f"| relay reconnect, the same stream | {snapshots['reconnect_s']} s (median of "
             f"{len(snapshots['reconnects_s'])}) |",
             f"| relay start reading the last day back (no snapshot), the same stream | {snapshots['old_start_s']} s "
-            f"({snapshots['old_kept']:,} live kept) |"]
+            f"({snapshots['old_kept']:,} live kept{_gave_up(snapshots['old_start_s'])}) |"]
+
+
+def _gave_up(seconds: float) -> str:
+    """Said of a start that reached the relay's catch-up limit: it relayed then, without the rest."""
+    from kombu_ladder.relay.cancelwatch import CATCH_UP_TIMEOUT
+
+    return f"; it stopped reading at its {CATCH_UP_TIMEOUT:g} s limit" if seconds >= CATCH_UP_TIMEOUT else ""
 
 
 def _index_table(data: dict[str, Any]) -> list[str]:
