@@ -145,7 +145,7 @@ def test_a_sync_goes_on_from_where_the_last_stopped_and_skips_bad_records(
                                         due=due, at=0, size=3)]),
                     exchange=ENTRY.exchange, routing_key=STREAM)
         store = IndexStore(path)  # a new process: the file remembers the offset
-        with caplog.at_level(logging.WARNING, logger="kombu_ladder.controlplane"):
+        with caplog.at_level(logging.WARNING, logger="kombu_ladder.index"):  # the sync's notices log there
             result = sync(conn, store)
         assert (result.entries, result.skipped) == (1, 31)
         warnings = [r for r in caplog.records if "skipping a record in" in r.getMessage()]
