@@ -321,9 +321,10 @@ class StreamReader:
         """Whether a channel is being read."""
         return self._channel is not None
 
-    def forget_channel(self) -> None:
-        """Forget the channel without closing it (the broker closed it, or the connection is gone)."""
-        self._channel = None
+    def forget_channel(self) -> Any:
+        """Forget the channel without closing it (the broker closed it, or the connection is gone); return it."""
+        channel, self._channel = self._channel, None
+        return channel
 
     def _caught_up(self) -> None:
         self.caught_up = True

@@ -7,6 +7,7 @@ import os
 import uuid
 from collections.abc import Mapping
 from datetime import datetime, timezone
+from functools import partial
 from typing import Any, Callable, Optional
 
 from .. import link
@@ -325,7 +326,9 @@ class CancelWatch:
             self._consume(None)
 
     def _snapshots_closed(self, code: int, text: str, class_id: int, method_id: int) -> None:
-        self.snapshots.forget_channel()
+        channel = self.snapshots.forget_channel()
+        if channel is not None:  # answer close-ok: a wait for a reply on it (consume-ok) then ends, as it must
+            link.discard(channel)
         self._no_snapshots(f"the broker closed its channel: {code} {escape(text)}")
 
     def _close_snapshots(self) -> None:
@@ -342,7 +345,7 @@ class CancelWatch:
             return True
         try:
             channel = link.sibling(self._channel)
-            self._guard.watch(channel, self._out_closed)
+            self._guard.watch(channel, partial(self._out_closed, channel))
             self._out = confirming(channel, on_ack=self._confirmed, on_nack=self._nacked)
             self._published = 0
         except CONNECTION_ERRORS:
@@ -352,9 +355,10 @@ class CancelWatch:
             return False
         return True
 
-    def _out_closed(self, code: int, text: str, class_id: int, method_id: int) -> None:
-        link.discard(self._out)
-        self._out = None
+    def _out_closed(self, channel: Any, code: int, text: str, class_id: int, method_id: int) -> None:
+        link.discard(channel)  # even while confirming() waits for select-ok on it: the wait then ends
+        if self._out is channel:
+            self._out = None
         self._no_snapshots(f"the broker closed the channel snapshots are written on: {code} {escape(text)}")
 
     def _abandon_writing(self) -> None:
