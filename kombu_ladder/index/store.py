@@ -31,6 +31,10 @@ __all__ = ["IndexStore", "Row", "ids_of", "SCHEMA_VERSION", "KEEP_PAST_MS"]
 #: rebuilt from the streams.
 SCHEMA_VERSION = 4
 
+#: How long (s) a connection waits for another one's write lock on the file (the console's refresh thread
+#: writes while its pages read; ``kombu-ladder waiting sync`` may run beside it) before "database is locked".
+BUSY_TIMEOUT = 30.0
+
 #: How long (ms) an entry is kept after its due time, so ``find`` can still say "due at ..., delivered".
 KEEP_PAST_MS = 24 * 3600 * 1000
 
@@ -156,7 +160,7 @@ class IndexStore:
         if path != ":memory:":
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         self.path = path
-        self._db = sqlite3.connect(path, isolation_level=None)
+        self._db = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
@@ -217,7 +221,11 @@ class IndexStore:
     def begin(self) -> None:
         """Start a transaction (what is written until :meth:`commit` is written together)."""
         if not self._db.in_transaction:
-            self._db.execute("BEGIN")
+            # IMMEDIATE: take the write lock now, waiting for it as long as the busy timeout allows. A deferred
+            # transaction that reads, then writes after another connection committed (the console's refresh
+            # thread and a page's thread both open the file and write its schema) fails at once with "database
+            # is locked": SQLite cannot upgrade a read snapshot that is no longer the newest.
+            self._db.execute("BEGIN IMMEDIATE")
 
     def commit(self) -> None:
         """Commit the transaction under way, if any."""

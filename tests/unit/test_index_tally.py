@@ -1,10 +1,11 @@
 """The index's counts and histograms, read from its per-minute tally, equal counting every entry; a version 3 file
-gains the tally it lacks."""
+gains the tally it lacks; connections that open one file at once all open it."""
 
 from __future__ import annotations
 
 import random
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Optional
 
@@ -142,3 +143,27 @@ def test_a_version_3_file_keeps_its_entries_and_gains_its_tally(tmp_path: Path) 
     assert store.count(Filter(), NOW, by="task") == expected == counted(store, Filter(), NOW, "task")
     assert store._db.execute("PRAGMA user_version").fetchone()[0] == 4
     store.close()
+
+
+def test_connections_opening_one_file_at_once_all_open_it(tmp_path: Path) -> None:
+    """The console's refresh thread and its page threads open one file at once; each writes the schema. A deferred
+    transaction that read before another committed could not take the write lock ("database is locked" at once,
+    no busy wait): every write transaction takes it first."""
+    path = str(tmp_path / "index.sqlite")
+    errors: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def opener() -> None:
+        start.wait()
+        for _ in range(25):
+            try:
+                IndexStore(path).close()
+            except Exception as exc:  # noqa: BLE001 - collected, asserted below
+                errors.append(exc)
+
+    threads = [threading.Thread(target=opener) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert errors == [] and not any(thread.is_alive() for thread in threads)
