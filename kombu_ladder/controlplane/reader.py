@@ -217,6 +217,10 @@ class StreamReader:
     def _consume(self, offset: Optional[Offset]) -> None:
         channel = self._channel
         channel.basic_qos(0, self.prefetch, False)
+        if isinstance(offset, int) and offset > 0:
+            # A given offset (a snapshot's: the records after the ones it covers) is checked as a position is:
+            # a snapshot of the stream before it was deleted and declared again names an offset past its end.
+            self.position, offset = offset, None
         if offset is None and self.position:
             # Going on from a position: first make sure the stream is the one it was read from. A marker is
             # appended and read from the stream's last chunk: at an offset below the position, the stream is

@@ -150,6 +150,31 @@ def test_a_start_without_a_snapshot_reads_back_and_then_writes_one(backend: Any)
             watch.close()
 
 
+def test_a_snapshot_of_a_stream_since_deleted_and_declared_again_is_dropped(backend: Any) -> None:
+    """The snapshot names an offset past the new stream's end: the start must not wait there (RabbitMQ 3.10 would,
+    for ever), and what the snapshot held is forgotten with the stream it was of."""
+    with backend.connection() as conn:
+        declare(conn)
+        old = _cancel(backend, conn, "old", 25)
+        first = Watch(backend)
+        seal = first.snapshot_written()
+        first.close()
+        channel = conn.channel()
+        try:
+            channel.queue_delete("ladder.cancellations")
+            declare_control_plane(channel)
+        finally:
+            channel.close()
+        new = _cancel(backend, conn, "new", 2)
+        assert _records(new) <= seal.covers  # the new stream ends before the offset the snapshot names
+        second = Watch(backend)
+        try:
+            assert second.watch.cancellations.resets == 1
+            assert _cancelled(second.watch, old) == [] and _cancelled(second.watch, new) == new
+        finally:
+            second.close()
+
+
 def test_an_incomplete_snapshot_is_ignored(backend: Any) -> None:
     with backend.connection() as conn:
         declare(conn)
