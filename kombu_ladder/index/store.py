@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -32,7 +33,7 @@ __all__ = ["IndexStore", "Row", "ids_of", "SCHEMA_VERSION", "KEEP_PAST_MS"]
 SCHEMA_VERSION = 4
 
 #: How long (s) a connection waits for another one's write lock on the file (the console's refresh thread
-#: writes while its pages read; ``kombu-ladder waiting sync`` may run beside it) before "database is locked".
+#: writes while its pages open it; ``kombu-ladder waiting sync`` may run beside it) before "database is locked".
 BUSY_TIMEOUT = 30.0
 
 #: How long (ms) an entry is kept after its due time, so ``find`` can still say "due at ..., delivered".
@@ -83,6 +84,8 @@ _OLD = ("bucket = old.due / {width} AND named = (old.task IS NOT NULL) AND task 
 #: name and target are few: one row per bucket and combination.
 _SCHEMA += "".join(_TALLY.format(table=table, new=_KEY.format(row="new", width=width), old=_OLD.format(width=width))
                    for table, width in TALLIES.items())
+#: Every table, index and trigger the schema creates.
+_SCHEMA_NAMES = frozenset(re.findall(r"CREATE (?:TABLE|INDEX|TRIGGER) IF NOT EXISTS (\w+)", _SCHEMA))
 #: The tallies of a version 3 file, built from its entries.
 _FILL_TALLIES = [f"INSERT INTO {table} SELECT {_KEY.format(row='e', width=width)}, count(*) FROM entries e "
                  "GROUP BY 1, 2, 3, 4, 5, 6" for table, width in TALLIES.items()]
@@ -167,19 +170,33 @@ class IndexStore:
         if version not in (0, 3, SCHEMA_VERSION):
             for table in ("entries", "moves", "cancels", "streams", *TALLIES):
                 self._db.execute(f"DROP TABLE IF EXISTS {table}")
-        with self.transaction():  # a version 3 file keeps what it read, and gains its tally
-            for statement in _statements(_SCHEMA):
-                self._db.execute(statement)
-            if version == 3:
-                for statement in _FILL_TALLIES:
+        if not self._current(version):
+            # IMMEDIATE: the write lock first, waited for up to BUSY_TIMEOUT. Deferred, a connection opening the
+            # file as another one commits its schema (the console's refresh thread and a page's thread) would
+            # read, then fail at once with "database is locked": SQLite cannot upgrade a read that is no longer
+            # the newest. A version 3 file keeps what it read, and gains its tally.
+            self._db.execute("BEGIN IMMEDIATE")
+            with self.transaction():
+                for statement in _statements(_SCHEMA):
                     self._db.execute(statement)
-            self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+                if version == 3:
+                    for statement in _FILL_TALLIES:
+                        self._db.execute(statement)
+                self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         #: Whether any cancellation is known (new entries are checked against them only then).
         self._cancels = self._db.execute("SELECT 1 FROM cancels LIMIT 1").fetchone() is not None
         #: Whether any rescheduled copy is known (new entries are checked against them only then).
         self._moves = self._db.execute("SELECT 1 FROM moves LIMIT 1").fetchone() is not None
         #: Whether a bulk load is under way, and whether moves it read are still to be applied to older entries.
         self._loading = self._moves_unchecked = False
+
+    def _current(self, version: int) -> bool:
+        """Whether the file is of this version with every table, index and trigger (a bulk load that was
+        interrupted left its indexes to the next open): then opening it writes nothing, and takes no lock."""
+        if version != SCHEMA_VERSION:
+            return False
+        names = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master")}
+        return _SCHEMA_NAMES <= names
 
     def close(self) -> None:
         """Close the file."""
@@ -221,11 +238,7 @@ class IndexStore:
     def begin(self) -> None:
         """Start a transaction (what is written until :meth:`commit` is written together)."""
         if not self._db.in_transaction:
-            # IMMEDIATE: take the write lock now, waiting for it as long as the busy timeout allows. A deferred
-            # transaction that reads, then writes after another connection committed (the console's refresh
-            # thread and a page's thread both open the file and write its schema) fails at once with "database
-            # is locked": SQLite cannot upgrade a read snapshot that is no longer the newest.
-            self._db.execute("BEGIN IMMEDIATE")
+            self._db.execute("BEGIN")
 
     def commit(self) -> None:
         """Commit the transaction under way, if any."""
