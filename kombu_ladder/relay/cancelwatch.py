@@ -103,7 +103,8 @@ class CancelWatch:
         self.unreadable: Optional[str] = None
         #: Why the snapshot stream could not be read or written (None: it can, or not tried yet).
         self.snapshots_unreadable: Optional[str] = None
-        #: The seal of the snapshot the first start loaded (None: it read back instead).
+        #: The seal of the snapshot the first start loaded (None: it read back instead, or the stream it was of
+        #: has since been deleted and declared again).
         self.loaded: Optional[Seal] = None
         #: Snapshots this relay wrote (sealed and confirmed).
         self.written = 0
@@ -237,7 +238,7 @@ class CancelWatch:
         """The cancellation stream was deleted and declared again: what was read from the old one is gone."""
         logger.warning(W_RESET, STREAM, len(self.live))
         self.live = LiveSet()
-        self._known = self._known_ms = None
+        self.loaded = self._known = self._known_ms = None  # a snapshot loaded was of the old stream
         self._abandon_writing()
 
     # -- the snapshot stream --------------------------------------------------------------------

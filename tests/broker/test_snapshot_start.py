@@ -169,7 +169,7 @@ def test_a_snapshot_of_a_stream_since_deleted_and_declared_again_is_dropped(back
         assert _records(new) <= seal.covers  # the new stream ends before the offset the snapshot names
         second = Watch(backend)
         try:
-            assert second.watch.cancellations.resets == 1
+            assert second.watch.cancellations.resets == 1 and second.watch.loaded is None
             assert _cancelled(second.watch, old) == [] and _cancelled(second.watch, new) == new
         finally:
             second.close()
