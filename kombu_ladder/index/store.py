@@ -175,8 +175,7 @@ class IndexStore:
             # file as another one commits its schema (the console's refresh thread and a page's thread) would
             # read, then fail at once with "database is locked": SQLite cannot upgrade a read that is no longer
             # the newest. A version 3 file keeps what it read, and gains its tally.
-            self._db.execute("BEGIN IMMEDIATE")
-            with self.transaction():
+            with self.transaction(immediate=True):
                 for statement in _statements(_SCHEMA):
                     self._db.execute(statement)
                 if version == 3:
@@ -203,9 +202,10 @@ class IndexStore:
         self._db.close()
 
     @contextmanager
-    def transaction(self) -> Iterator[None]:
-        """Everything in the block is written together, or not at all."""
-        self.begin()
+    def transaction(self, *, immediate: bool = False) -> Iterator[None]:
+        """Everything in the block is written together, or not at all (``immediate``: the write lock is taken
+        first, waiting for it up to :data:`BUSY_TIMEOUT`)."""
+        self.begin(immediate=immediate)
         try:
             yield
         except BaseException:
@@ -235,10 +235,10 @@ class IndexStore:
                     self._db.execute(_SUPERSEDE_BY_NEW_MOVES, {"after": 0, "slack": SLACK})
                 self._moves_unchecked = False
 
-    def begin(self) -> None:
+    def begin(self, *, immediate: bool = False) -> None:
         """Start a transaction (what is written until :meth:`commit` is written together)."""
         if not self._db.in_transaction:
-            self._db.execute("BEGIN")
+            self._db.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
     def commit(self) -> None:
         """Commit the transaction under way, if any."""

@@ -146,9 +146,9 @@ def test_a_version_3_file_keeps_its_entries_and_gains_its_tally(tmp_path: Path) 
 
 
 def test_connections_opening_one_file_at_once_all_open_it(tmp_path: Path) -> None:
-    """The console's refresh thread and its page threads open one file at once; each writes the schema. A deferred
-    transaction that read before another committed could not take the write lock ("database is locked" at once,
-    no busy wait): every write transaction takes it first."""
+    """The console's refresh thread and its page threads open one file at once. A deferred schema write that read
+    before another connection committed could not take the write lock ("database is locked" at once, no busy
+    wait): the schema write takes it first, and opening a current file writes nothing."""
     path = str(tmp_path / "index.sqlite")
     errors: list[BaseException] = []
     start = threading.Barrier(4)
