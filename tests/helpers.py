@@ -17,6 +17,7 @@ from urllib.parse import quote
 import pytest
 
 from kombu_ladder.contract import CONTROL, PARKING, rung_names
+from kombu_ladder.controlplane import declare_control_plane
 
 __all__ = ["BROKER_HOST", "BROKER_PORT", "IN_CI", "broker_reachable", "require_broker", "wait_for", "wait_until",
            "rabbitmqctl", "temporary_vhost", "vhost_url", "list_queues", "declared", "broker_release",
@@ -283,3 +284,13 @@ def purge(conn: Any, *queues: str) -> None:
 def purge_ladder(conn: Any) -> None:
     """Empty every ladder queue that exists, so one test's leftovers never reach another."""
     purge(conn, *rung_names(), CONTROL, PARKING)
+
+
+def recreate_stream(conn: Any, stream: str) -> None:
+    """Delete ``stream`` and declare the control plane again: a new, empty stream under the same name."""
+    channel = conn.channel()
+    try:
+        channel.queue_delete(stream)
+        declare_control_plane(channel)
+    finally:
+        channel.close()

@@ -11,12 +11,12 @@ from typing import Any, Callable, Iterator
 
 import pytest
 from backends import RabbitBackend, SimulatorBackend
-from helpers import vhost_url
+from helpers import recreate_stream, vhost_url
 from kombu import Connection
 
 from kombu_ladder import declare, permissions
 from kombu_ladder.cancellation.stream import cancel_many
-from kombu_ladder.controlplane import SEAL, SNAPSHOT, SNAPSHOTS, declare_control_plane
+from kombu_ladder.controlplane import CANCELLATIONS, SEAL, SNAPSHOT, SNAPSHOTS, declare_control_plane
 from kombu_ladder.controlplane.codec import Part, Seal, encode, pack_ids
 from kombu_ladder.controlplane.snapshots import Policy
 from kombu_ladder.link import RawMessage, link_for, publish
@@ -95,6 +95,15 @@ def _cancel(backend: Any, conn: Connection, prefix: str, count: int) -> list[str
     return ids
 
 
+def _sealed(backend: Any) -> Seal:
+    """A relay starts, seals a snapshot of every record so far and stops; the seal."""
+    first = Watch(backend)
+    try:
+        return first.snapshot_written()
+    finally:
+        first.close()
+
+
 def _records(ids: list[str]) -> int:
     """How many records ``cancel_many`` writes for ``ids`` (batches)."""
     return len(pack_ids(ids, at=0))
@@ -156,15 +165,8 @@ def test_a_snapshot_of_a_stream_since_deleted_and_declared_again_is_dropped(back
     with backend.connection() as conn:
         declare(conn)
         old = _cancel(backend, conn, "old", 25)
-        first = Watch(backend)
-        seal = first.snapshot_written()
-        first.close()
-        channel = conn.channel()
-        try:
-            channel.queue_delete("ladder.cancellations")
-            declare_control_plane(channel)
-        finally:
-            channel.close()
+        seal = _sealed(backend)
+        recreate_stream(conn, CANCELLATIONS)
         new = _cancel(backend, conn, "new", 2)
         assert _records(new) <= seal.covers  # the new stream ends before the offset the snapshot names
         second = Watch(backend)
@@ -179,9 +181,7 @@ def test_an_incomplete_snapshot_is_ignored(backend: Any) -> None:
     with backend.connection() as conn:
         declare(conn)
         ids = _cancel(backend, conn, "kept", 6)
-        first = Watch(backend)
-        seal = first.snapshot_written()
-        first.close()
+        seal = _sealed(backend)
         # Newer-looking snapshots that would un-cancel everything: parts without a seal, a seal counting a part
         # more than was written, a seal with a part missing. Each is ignored.
         now = int(backend.clock() * 1000)

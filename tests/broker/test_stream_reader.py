@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Optional
 
+from helpers import recreate_stream
 from kombu import Producer
 
 from kombu_ladder.controlplane import ADOPTIONS, CANCEL, CANCELLATIONS, ENTRY, declare_control_plane
@@ -27,16 +28,6 @@ def _declare(conn: Any) -> None:
         channel.close()
 
 
-def _purge_stream(conn: Any, stream: str) -> None:
-    """Delete ``stream`` and declare the control plane again: a new, empty stream under the same name."""
-    channel = conn.channel()
-    try:
-        channel.queue_delete(stream)
-        declare_control_plane(channel)
-    finally:
-        channel.close()
-
-
 class _Ids:
     def __init__(self) -> None:
         self.ids: list[str] = []
@@ -50,7 +41,7 @@ class _Ids:
 
 def _read_new_stream(conn: Any, backend: Any, prefix: str, n: int) -> tuple[StreamReader, _Ids, Any]:
     """A new cancellation stream holding ``n`` records, read to its end once: the reader, what it read, the result."""
-    _purge_stream(conn, CANCELLATIONS)
+    recreate_stream(conn, CANCELLATIONS)
     _write(conn, [Cancel((f"{prefix}-{i}",), int(backend.clock() * 1000)) for i in range(n)])
     seen = _Ids()
     reader = StreamReader(CANCELLATIONS, clock=backend.clock, timeout=20)
@@ -71,7 +62,7 @@ def test_a_reader_resumes_from_its_position_and_reads_no_record_twice(ladder_bac
 
 def test_a_batch_record_is_expanded_and_single_id_records_still_read(ladder_backend: Any) -> None:
     with ladder_backend.connection() as conn:
-        _purge_stream(conn, CANCELLATIONS)
+        recreate_stream(conn, CANCELLATIONS)
         at = int(ladder_backend.clock() * 1000)
         ids = [f"id-{i:05d}" for i in range(2500)]
         batches = pack_ids(ids, at=at)
@@ -87,7 +78,7 @@ def test_a_deleted_and_declared_again_stream_is_read_from_its_start(ladder_backe
         reader, seen, _ = _read_new_stream(conn, ladder_backend, "old", 20)
         at = int(ladder_backend.clock() * 1000)
         assert reader.position is not None and reader.position >= 21
-        _purge_stream(conn, CANCELLATIONS)
+        recreate_stream(conn, CANCELLATIONS)
         _write(conn, [Cancel(("new-0",), at), Cancel(("new-1",), at)])
         resets: list[bool] = []
         seen.ids.clear()
@@ -100,7 +91,7 @@ def test_a_deleted_and_declared_again_stream_is_read_from_its_start(ladder_backe
 
 def test_records_written_through_the_wrong_exchange_or_unknown_are_skipped_and_counted(ladder_backend: Any) -> None:
     with ladder_backend.connection() as conn:
-        _purge_stream(conn, ADOPTIONS)
+        recreate_stream(conn, ADOPTIONS)
         raw = Producer(conn.default_channel, auto_declare=False)
         for body, exchange in ((encode(Cancel(("x",), 1)), ENTRY.exchange),  # no route: the binding is by stream
                                (b'{"ladder":"snapshot-of-the-future","v":1}', "ladder.record.adopted"),
@@ -130,7 +121,7 @@ def _drain_until(conn: Any, backend: Any, condition: Any, what: str) -> None:
 
 def test_the_callback_face_catches_up_tails_and_goes_on_after_a_new_channel(ladder_backend: Any) -> None:
     with ladder_backend.connection() as conn:
-        _purge_stream(conn, CANCELLATIONS)
+        recreate_stream(conn, CANCELLATIONS)
         at = int(ladder_backend.clock() * 1000)
         _write(conn, [Cancel(("before",), at)])
         seen = _Ids()
@@ -157,7 +148,7 @@ def test_the_adoption_reader_goes_on_from_its_offset_when_its_channel_opens_agai
 
     eta, due = "2099-01-01T00:00:00+00:00", int(ladder_backend.clock() * 1000) + 3_600_000
     with ladder_backend.connection() as conn:
-        _purge_stream(conn, ADOPTIONS)
+        recreate_stream(conn, ADOPTIONS)
         raw = Producer(conn.default_channel, auto_declare=False)
 
         def adopt(task_id: str) -> None:
