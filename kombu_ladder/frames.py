@@ -8,7 +8,8 @@ those system calls. :func:`read_in_bulk` puts a :class:`BulkFrames` on a connect
 socket holds (up to :data:`CHUNK` bytes) at once and hands out the frames from that buffer, and the
 methods written while those frames are handled are sent together, in the order they were written, once
 the last buffered frame's handling returns (or before anything else is written, or before the socket is
-read again).
+read again, or as soon as :data:`KEEP_BYTES` are kept: a confirm that releases fifty publishes of 1 MiB
+would otherwise keep a copy of all of them, and join them into another).
 
 Only a loop that keeps calling ``drain_events`` while frames are buffered may use it (the relay's own
 :meth:`~kombu_ladder.relay.driver.Relay.run`): an event loop that waits for the socket to be readable
@@ -27,7 +28,7 @@ from typing import Any, Optional
 from amqp.exceptions import UnexpectedFrame
 from amqp.transport import TCPTransport
 
-__all__ = ["CHUNK", "BulkFrames", "read_in_bulk"]
+__all__ = ["CHUNK", "KEEP_BYTES", "BulkFrames", "read_in_bulk"]
 
 logger = logging.getLogger("kombu_ladder")
 
@@ -38,6 +39,10 @@ CHUNK = 65536
 #: A frame's header (type, channel, payload size) and its end octet.
 _HEADER = struct.Struct(">BHI").unpack_from
 _FRAME_END = 0xCE
+#: The most bytes written during frames' handling that are kept for one ``sendall`` (256 KiB): past it they
+#: go out at once, so big bodies cost no extra copies (small writes, acks and small publishes, still go
+#: out together).
+KEEP_BYTES = 4 * CHUNK
 #: ``recv`` errors py-amqp retries (or, on a first read in an event loop, takes as a timeout).
 _RETRIED = (errno.EAGAIN, errno.EINTR)
 #: Write errors after which py-amqp still considers the connection up (see ``amqp.transport``).
@@ -65,6 +70,8 @@ class BulkFrames:
         transport._read_buffer = b""
         #: Bytes written while frames were being handled, waiting for one ``sendall``.
         self._out: list[bytes] = []
+        #: How many bytes :attr:`_out` holds.
+        self._kept = 0
         #: Whether a frame is being handled (writes are kept meanwhile).
         self._corked = False
         self._blocking_read = connection.blocking_read
@@ -155,7 +162,12 @@ class BulkFrames:
     def _write(self, data: Any) -> None:
         """The transport's socket write: kept while a frame is handled, else sent at once (after what was kept)."""
         if self._corked:
+            if self._kept + len(data) > KEEP_BYTES:
+                self.flush()  # what was kept first, in order; then this one, uncopied
+                self._sendall(data)
+                return
             self._out.append(bytes(data))  # py-amqp writes from a buffer it reuses: keep a copy
+            self._kept += len(data)
             return
         if self._out:
             self._out.append(bytes(data))
@@ -168,7 +180,7 @@ class BulkFrames:
         out = self._out
         if not out:
             return
-        self._out = []
+        self._out, self._kept = [], 0
         try:
             self._sendall(out[0] if len(out) == 1 else b"".join(out))
         except OSError as exc:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import threading
 from typing import Any, Iterator
 
 import pytest
@@ -14,7 +15,7 @@ from amqp.serialization import dumps
 from amqp.transport import TCPTransport
 
 from kombu_ladder import frames
-from kombu_ladder.frames import CHUNK, BulkFrames, read_in_bulk
+from kombu_ladder.frames import CHUNK, KEEP_BYTES, BulkFrames, read_in_bulk
 from kombu_ladder.link import AmqpLink, RawMessage
 
 pytestmark = pytest.mark.unit
@@ -139,6 +140,43 @@ def test_writes_made_while_frames_wait_are_sent_together_and_in_order(pair: Any)
     assert received == b"reusedack0REUSEDack1REUSEDack2alone"
 
 
+def test_big_writes_during_a_frames_handling_go_out_at_once_in_order(pair: Any) -> None:
+    """A confirm that releases many big publishes: past KEEP_BYTES nothing more is kept (nor copied, nor
+    joined); what was kept goes first, and the small writes after it are kept again."""
+    connection, bulk, broker = pair
+    sends: list[bytes] = []
+    sendall = bulk._sendall
+    bulk._sendall = lambda data: sends.append(bytes(data)) or sendall(data)
+    big = bytes(KEEP_BYTES // 2 + 1)
+    written = [b"ack", big, big, b"small"]
+
+    def handle(frame: tuple[int, int, bytes]) -> None:
+        for data in written:
+            connection.transport.write(data)
+        assert bulk._kept <= KEEP_BYTES
+
+    connection.handle = handle
+    broker.sendall(frame(1, 1, b"x") + frame(1, 1, b"y"))
+    received = bytearray()
+    broker.settimeout(5)
+    expected = 2 * sum(map(len, written))
+
+    def read() -> None:  # the broker's side reads as it comes (a socket pair's buffer is small)
+        while len(received) < expected:
+            received.extend(broker.recv(1 << 20))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    connection.blocking_read(timeout=5)  # "x" handled while "y" waits
+    # the second big write would pass KEEP_BYTES: what was kept, then it, went out; "small" is kept
+    assert sends == [b"ack" + big, big]
+    assert bulk._out == [b"small"]
+    connection.blocking_read(timeout=5)  # "y": the same, and nothing left after it
+    assert sends[2:] == [b"small" + b"ack" + big, big, b"small"]
+    reader.join(5)
+    assert bytes(received) == 2 * b"".join(written)
+
+
 def test_what_waits_is_sent_before_a_write_made_elsewhere_and_before_the_next_recv(pair: Any) -> None:
     connection, bulk, broker = pair
     sends: list[bytes] = []
@@ -232,4 +270,4 @@ def test_a_publish_too_big_for_one_frame_is_py_amqps_to_split() -> None:
 
 
 def test_the_module_names_what_it_exports() -> None:
-    assert set(frames.__all__) == {"CHUNK", "BulkFrames", "read_in_bulk"}
+    assert set(frames.__all__) == {"CHUNK", "KEEP_BYTES", "BulkFrames", "read_in_bulk"}
