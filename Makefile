@@ -145,7 +145,7 @@ test-rabbitmq43-nodes: $(STAMP) rabbitmq43
 # PIP_NO_CACHE_DIR=1 (packages from the index again); a new user's first run on a loaded machine took 206 s.
 dist: $(STAMP)
 	rm -rf dist
-	$(PY) -m build --outdir dist .
+	mkdir -p build && flock build/distribution.lock $(PY) -m build --outdir dist .  # one build at a time here (tests/helpers.py)
 	$(VENV)/bin/twine check --strict dist/*
 	LADDER_DIST=dist $(PY) -m pytest -ra tests/process/test_dist.py $(PYTEST_ARGS)
 

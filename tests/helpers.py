@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import json
 import os
@@ -24,11 +25,32 @@ __all__ = ["BROKER_HOST", "BROKER_PORT", "IN_CI", "broker_reachable", "require_b
            "list_exchanges", "list_bindings",
            "list_consumers", "messages_by_queue", "celery_ladder_cli", "ladder_counters", "wait_for_counters",
            "ladder_depth", "queue_depth", "depth_on",
-           "drain", "purge", "purge_ladder"]
+           "drain", "purge", "purge_ladder", "build_distribution"]
 
 BROKER_HOST = os.environ.get("LADDER_TEST_HOST", "127.0.0.1")
 BROKER_PORT = int(os.environ.get("LADDER_TEST_PORT", "5672"))
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+#: The checkout.
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# -- the distribution ---------------------------------------------------------------------------
+
+
+def build_distribution(outdir: Path, timeout: float = 280) -> subprocess.CompletedProcess[str]:
+    """``python -m build`` of the checkout into ``outdir``, one build at a time on this checkout.
+
+    setuptools makes the sdist's tree in the checkout itself (``kombu_ladder-<version>/``) and removes it when
+    done: two builds at once (a matrix stack's tests beside ``make test``'s, or ``make dist``) remove each
+    other's tree half-way (``No such file or directory: 'kombu_ladder-0.1.0/...'``). A lock on a file in
+    ``build/`` (git-ignored) makes the others wait.
+    """
+    lock = ROOT / "build" / "distribution.lock"
+    lock.parent.mkdir(exist_ok=True)
+    with lock.open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        return subprocess.run([sys.executable, "-m", "build", "--outdir", str(outdir), str(ROOT)],
+                              capture_output=True, text=True, timeout=timeout)
 
 
 # -- the broker ---------------------------------------------------------------------------------

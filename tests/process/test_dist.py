@@ -19,7 +19,7 @@ from typing import Iterator
 import pytest
 from docs_blocks import blocks, commands_of
 from figures import differences
-from helpers import extra_requirement, queue_depth, vhost_url, wait_for
+from helpers import build_distribution, extra_requirement, queue_depth, vhost_url, wait_for
 from kombu import Connection
 
 from kombu_ladder import __version__
@@ -52,8 +52,7 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if given:
         return Path(given).resolve()
     out = tmp_path_factory.mktemp("dist")
-    done = subprocess.run([sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)],
-                          capture_output=True, text=True, timeout=300)
+    done = build_distribution(out, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return out
 

@@ -6,11 +6,12 @@ import subprocess
 import sys
 import tarfile
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from importlib.metadata import entry_points, metadata
 from pathlib import Path
 
 import pytest
-from helpers import extra_requirement
+from helpers import build_distribution, extra_requirement
 
 #: Each test runs a command line or a build in a process of its own (see setup.cfg's markers).
 pytestmark = pytest.mark.process
@@ -65,8 +66,7 @@ def test_the_distribution_is_kombu_ladder_with_celery_and_django_as_extras() -> 
 
 @pytest.mark.timeout(300)
 def test_the_sdist_and_the_wheel_hold_both_packages_and_nothing_stray(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "build", "--outdir", str(tmp_path), str(ROOT)],
-                          capture_output=True, text=True, timeout=280)
+    done = build_distribution(tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (wheel,) = tmp_path.glob("kombu_ladder-*.whl")
     (sdist,) = tmp_path.glob("kombu_ladder-*.tar.gz")
@@ -132,3 +132,14 @@ def test_importing_the_packages_creates_nothing_and_install_makes_the_shared_cou
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.timeout(600)
+def test_builds_of_this_checkout_at_once_all_succeed(tmp_path: Path) -> None:
+    """Three at once, as CI's lanes and ``make dist`` may: setuptools makes the sdist's tree in the checkout,
+    and without build_distribution's lock one build removes it under another (two of three failed)."""
+    with ThreadPoolExecutor(3) as pool:
+        done = list(pool.map(lambda n: build_distribution(tmp_path / str(n), timeout=500), range(3)))
+    assert [d.returncode for d in done] == [0, 0, 0], [d.stderr[-2000:] for d in done if d.returncode]
+    for n in range(3):
+        assert len(list((tmp_path / str(n)).glob("kombu_ladder-*"))) == 2
