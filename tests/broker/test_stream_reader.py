@@ -167,3 +167,20 @@ def test_the_adoption_reader_goes_on_from_its_offset_when_its_channel_opens_agai
             assert ("later", eta) in records.adopted and ("first-0", eta) in records.adopted
         finally:
             records.close()
+
+
+def test_a_reader_with_a_small_prefetch_acks_as_it_reads_without_a_tick(ladder_backend: Any) -> None:
+    """The snapshot reader's prefetch is 64 parts: a reader acks a quarter of its own prefetch at a time, so it
+    never waits for the relay's tick to be given more (it did, every 64 parts: 2.2 s of a 2.6 s start)."""
+    with ladder_backend.connection() as conn:
+        recreate_stream(conn, CANCELLATIONS)
+        at = int(ladder_backend.clock() * 1000)
+        _write(conn, [Cancel((f"small-{i}",), at) for i in range(40)])
+        seen = _Ids()
+        caught: list[int] = []
+        reader = StreamReader(CANCELLATIONS, clock=ladder_backend.clock, timeout=60, prefetch=4)
+        reader.start(conn.channel(), on_record=seen, on_caught_up=lambda: caught.append(len(seen.ids)))
+        _drain_until(conn, ladder_backend, lambda: caught, "the catch-up, never ticked")  # no reader.tick()
+        assert caught == [40] and not reader.timed_out
+        assert seen.ids == [f"small-{i}" for i in range(40)]
+        reader.close()
