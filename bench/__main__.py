@@ -21,6 +21,9 @@ __all__ = ["BENCHMARKS", "main"]
 #: Benchmark name -> module, in run order.
 BENCHMARKS = ("relay", "publish", "lateness", "footprint", "scale", "cancellations", "rounds", "bursts", "waiting",
               "index", "web")
+#: The page a run writes, and where a full run keeps its results (for a later ``--merge``).
+PAGE = os.path.join(ROOT, "docs", "benchmarks.md")
+SAVED = os.path.join(ROOT, "docs", "_data", "bench-results.json")
 
 
 def _replaced(previous: Any) -> str:
@@ -100,13 +103,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--quick", action="store_true", help="reduced sizes: finishes in a few minutes")
     parser.add_argument("--only", default=",".join(BENCHMARKS),
                         help=f"comma-separated subset of {','.join(BENCHMARKS)} (default: all)")
-    parser.add_argument("--out", default=os.path.join(ROOT, "docs", "benchmarks.md"))
+    parser.add_argument("--out", default=PAGE)
     parser.add_argument("--plot", default=os.path.join(ROOT, "docs", "_static", "lateness.png"))
     parser.add_argument("--results", default=None, help="also keep the raw results as JSON here")
     parser.add_argument("--from-results", metavar="JSON", help="only re-render the report from saved results")
     parser.add_argument("--also", metavar="JSON", help="append another saved run's targets for comparison")
     parser.add_argument("--merge", metavar="JSON",
-                        help="start from saved results and replace only the --only benchmarks (a re-run is noted)")
+                        help="start from saved results and replace only the --only benchmarks (a re-run is noted); "
+                             f"a full run saves its results in {os.path.relpath(SAVED, ROOT)}")
     args = parser.parse_args(argv)
 
     other = None
@@ -145,7 +149,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         meta.setdefault("reruns", []).append(
             {"benchmarks": selected, "started": rerun["started"], "load": rerun["load_start"],
              "replaced": {name: _replaced(results.get(name)) for name in selected}})
-    keep = args.results or os.path.join(tempfile.gettempdir(), f"ladder-bench-{config.name}.json")
+    # A full run's results are kept beside the page they render (a later --merge re-runs one benchmark on them);
+    # a quick run's in the temporary directory.
+    keep = args.results or (SAVED if config.name == "full" and args.out == PAGE
+                            else os.path.join(tempfile.gettempdir(), f"ladder-bench-{config.name}.json"))
     try:
         for i, name in enumerate(selected, 1):
             log(f"=== benchmark {i}/{len(selected)}: {name} ({config.name}) ===")

@@ -79,6 +79,13 @@ def targets(results: dict[str, Any]) -> list[str]:
         rows.append(f"| cancellations: a relay starts within 2 s with {bounded['old'] + bounded['live']:,} records ever "
                     f"written, {bounded['live']:,} live | {bounded['seconds']} s | "
                     f"{_verdict(bounded['seconds'] <= 2)} |")
+    snap = (results.get("cancellations") or {}).get("snapshots")
+    if snap and "error" not in snap:
+        rows.append(f"| cancellations: a relay starts within 2 s with {snap['records']:,} records written in the last "
+                    f"hour, {snap['live']:,} live (from a snapshot) | {snap['start_s']} s | "
+                    f"{_verdict(snap['start_s'] <= 2)} |")
+        rows.append(f"| cancellations: a relay reconnects within 2 s, the same stream | {snap['reconnect_s']} s | "
+                    f"{_verdict(snap['reconnect_s'] <= 2)} |")
     return rows
 
 
