@@ -66,7 +66,12 @@ def default_path(url: str) -> str:
 
 class _Apply:
     """Applies the records of one stream to the store, and commits them with the position every
-    :data:`COMMIT_EVERY` records (an interrupted sync goes on from there)."""
+    :data:`COMMIT_EVERY` records (an interrupted sync goes on from there).
+
+    Each batch's transaction begins at its first record and takes the write lock first (waiting for it):
+    another sync writing the same file (the console's beside a command's) then waits for this batch, where a
+    transaction that read first could not write once the other committed. No transaction is open between
+    batches, while the stream is waited for."""
 
     def __init__(self, stream: str, store: IndexStore, result: SyncResult, reader: StreamReader) -> None:
         self.stream, self.store, self.result, self.reader = stream, store, result, reader
@@ -74,6 +79,7 @@ class _Apply:
         self.skipped = sum(reader.skipped.values())
 
     def __call__(self, record: Any, offset: Optional[int]) -> None:
+        self.store.begin(immediate=True)  # the batch's first record: the lock first (else: already held)
         if isinstance(record, Entries) and self.stream == INDEX:
             self.store.add(record.entries)
             self.result.entries += len(record.entries)
@@ -90,7 +96,6 @@ class _Apply:
         """The stream was deleted and declared again: forget what was read of the old one."""
         self.store.forget(self.stream)
         self.store.commit()
-        self.store.begin()
 
     def save(self) -> None:
         """Commit what was read, and where reading goes on from (when known)."""
@@ -101,7 +106,6 @@ class _Apply:
             self.store.set_position(self.stream, self.reader.position, before + skipped - self.skipped)
         self.skipped = skipped
         self.store.commit()
-        self.store.begin()
         self.unsaved = 0
 
 
@@ -110,7 +114,6 @@ def _read(connection: Any, store: IndexStore, stream: str, first: Union[str, dat
     reader = StreamReader(stream, start=first, clock=clock, timeout=timeout, notices=notices)
     reader.position = store.position(stream)[0]
     apply = _Apply(stream, store, result, reader)
-    store.begin()
     try:
         reader.read_to_end(connection, on_record=apply, on_reset=apply.reset)
     except NotReadToEnd as exc:

@@ -240,6 +240,21 @@ class IndexStore:
         if not self._db.in_transaction:
             self._db.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """A write: inside the transaction under way, else in one of its own that takes the write lock first.
+
+        Every write reads before it writes (the rows it follows, the entries it marks). A transaction that
+        read, and then found the lock taken by another connection that committed meanwhile, cannot write
+        ("database is locked" at once: SQLite does not wait for a lock when the read it holds is no longer
+        the newest). Taking the lock first waits for it instead, up to :data:`BUSY_TIMEOUT`.
+        """
+        if self._db.in_transaction:
+            yield
+        else:
+            with self.transaction(immediate=True):
+                yield
+
     def commit(self) -> None:
         """Commit the transaction under way, if any."""
         if self._db.in_transaction:
@@ -254,36 +269,38 @@ class IndexStore:
         entry is removed, whichever of the two is read first (a producer may send its entry after the
         reschedule's), so the index keeps one entry per moved message, with its latest due time.
         """
-        entries = list(entries)
-        after = self._db.execute("SELECT coalesce(max(rowid), 0) FROM entries").fetchone()[0]
-        moves_after = self._db.execute("SELECT coalesce(max(rowid), 0) FROM moves").fetchone()[0]
-        self._db.executemany(
-            "INSERT INTO entries VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?)",
-            ((e.message_id, e.task_id, e.task, e.exchange, e.routing_key, e.due, e.at, e.size, e.was)
-             for e in entries))
-        moved = [(e.message_id, e.task_id, e.was, e.at) for e in entries
-                 if e.was is not None and (e.message_id or e.task_id)]
-        if moved:
-            self._db.executemany("INSERT INTO moves VALUES (?, ?, ?, ?)", moved)
-            self._moves = True
-        if self._moves:
-            self._db.execute(_SUPERSEDE_BY_NEW_ENTRIES, {"after": after, "slack": SLACK})
-        if moved:
-            if self._loading:  # no id indexes on entries: once, when they are built again
-                self._moves_unchecked = True
-            else:
-                self._db.execute(_SUPERSEDE_BY_NEW_MOVES, {"after": moves_after, "slack": SLACK})
-        if self._cancels:
-            self._db.execute(_MARK_NEW, {"after": after, "slack": SLACK, "life": LIFE})
+        with self._writing():
+            entries = list(entries)
+            after = self._db.execute("SELECT coalesce(max(rowid), 0) FROM entries").fetchone()[0]
+            moves_after = self._db.execute("SELECT coalesce(max(rowid), 0) FROM moves").fetchone()[0]
+            self._db.executemany(
+                "INSERT INTO entries VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?)",
+                ((e.message_id, e.task_id, e.task, e.exchange, e.routing_key, e.due, e.at, e.size, e.was)
+                 for e in entries))
+            moved = [(e.message_id, e.task_id, e.was, e.at) for e in entries
+                     if e.was is not None and (e.message_id or e.task_id)]
+            if moved:
+                self._db.executemany("INSERT INTO moves VALUES (?, ?, ?, ?)", moved)
+                self._moves = True
+            if self._moves:
+                self._db.execute(_SUPERSEDE_BY_NEW_ENTRIES, {"after": after, "slack": SLACK})
+            if moved:
+                if self._loading:  # no id indexes on entries: once, when they are built again
+                    self._moves_unchecked = True
+                else:
+                    self._db.execute(_SUPERSEDE_BY_NEW_MOVES, {"after": moves_after, "slack": SLACK})
+            if self._cancels:
+                self._db.execute(_MARK_NEW, {"after": after, "slack": SLACK, "life": LIFE})
 
     def cancel(self, ident: str, at: int) -> None:
         """Remember a cancellation of ``ident`` written at ``at`` (epoch ms) and mark the entries it applies to:
         those whose message id or task id is ``ident``, published before it (less the slack)."""
-        self._db.execute("INSERT INTO cancels VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET at = max(at, excluded.at)",
-                         (ident, at))
-        self._cancels = True
-        for column in ("message_id", "task_id"):
-            self._db.execute(_MARK.format(column=column), {"id": ident, "at": at, "slack": SLACK, "life": LIFE})
+        with self._writing():
+            self._db.execute("INSERT INTO cancels VALUES (?, ?) "
+                             "ON CONFLICT (id) DO UPDATE SET at = max(at, excluded.at)", (ident, at))
+            self._cancels = True
+            for column in ("message_id", "task_id"):
+                self._db.execute(_MARK.format(column=column), {"id": ident, "at": at, "slack": SLACK, "life": LIFE})
 
     def position(self, stream: str) -> tuple[Optional[int], int]:
         """The next offset to read of ``stream`` (None: never read) and how many records were skipped there."""
@@ -292,17 +309,19 @@ class IndexStore:
 
     def set_position(self, stream: str, next_offset: int, skipped: int) -> None:
         """Remember where reading ``stream`` goes on from."""
-        self._db.execute("INSERT OR REPLACE INTO streams VALUES (?, ?, ?)", (stream, next_offset, skipped))
+        with self._writing():
+            self._db.execute("INSERT OR REPLACE INTO streams VALUES (?, ?, ?)", (stream, next_offset, skipped))
 
     def forget(self, stream: str) -> None:
         """Forget where ``stream`` was read to (and every entry, for ``ladder.index``): it is read again."""
-        if stream == INDEX:
-            self._db.execute("DELETE FROM entries")
-            for table in TALLIES:
-                self._db.execute(f"DELETE FROM {table}")
-            self._db.execute("DELETE FROM moves")
-            self._moves = False
-        self._db.execute("DELETE FROM streams WHERE name = ?", (stream,))
+        with self._writing():
+            if stream == INDEX:
+                self._db.execute("DELETE FROM entries")
+                for table in TALLIES:
+                    self._db.execute(f"DELETE FROM {table}")
+                self._db.execute("DELETE FROM moves")
+                self._moves = False
+            self._db.execute("DELETE FROM streams WHERE name = ?", (stream,))
 
     def oldest(self) -> Optional[int]:
         """When the earliest-published entry not yet cancelled was published (epoch ms); None without entries."""
@@ -311,12 +330,13 @@ class IndexStore:
 
     def prune(self, now_ms: int, *, keep_ms: int = KEEP_PAST_MS) -> int:
         """Forget entries due more than ``keep_ms`` ago (and reschedules of entries due then); return how many."""
-        self._db.execute("DELETE FROM moves WHERE was < ?", (now_ms - keep_ms,))
-        pruned = self._db.execute("DELETE FROM entries WHERE due < ?", (now_ms - keep_ms,)).rowcount
-        if pruned:
-            for table in TALLIES:
-                self._db.execute(f"DELETE FROM {table} WHERE n = 0")
-        return int(pruned)
+        with self._writing():
+            self._db.execute("DELETE FROM moves WHERE was < ?", (now_ms - keep_ms,))
+            pruned = self._db.execute("DELETE FROM entries WHERE due < ?", (now_ms - keep_ms,)).rowcount
+            if pruned:
+                for table in TALLIES:
+                    self._db.execute(f"DELETE FROM {table} WHERE n = 0")
+            return int(pruned)
 
     # -- reading (the operator) ----------------------------------------------------
 

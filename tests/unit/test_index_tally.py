@@ -7,7 +7,7 @@ import random
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import pytest
 
@@ -167,3 +167,62 @@ def test_connections_opening_one_file_at_once_all_open_it(tmp_path: Path) -> Non
     for thread in threads:
         thread.join(timeout=120)
     assert errors == [] and not any(thread.is_alive() for thread in threads)
+
+
+
+def test_two_syncs_writing_one_file_at_once_both_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A command's sync beside the console's: one holds the file's write lock for a batch while the other's batch
+    begins. The second waits for the lock, then writes; a batch that read first and then met the lock could not
+    write once the first committed ("database is locked" at once: SQLite does not wait for the lock then)."""
+    from kombu_ladder.controlplane.codec import Entries
+    from kombu_ladder.index import reader as index_reader
+    from kombu_ladder.notices import Notices
+
+    path = str(tmp_path / "index.sqlite")
+    IndexStore(path).close()
+    one = Entry("m-1", None, "t", "", "q", NOW + 60_000, NOW, 10)
+    two = Entry("m-2", None, "t", "", "q", NOW + 60_000, NOW, 10)
+    first_applied, second_waits = threading.Event(), threading.Event()
+    scripts: dict[int, Any] = {}
+
+    class Stream:  # the stream reader of each sync: hands its records over, as read_to_end does
+        def __init__(self, stream: str, **kwargs: Any) -> None:
+            self.position: Optional[int] = None
+            self.skipped: dict[str, int] = {}
+
+        def read_to_end(self, connection: Any, *, on_record: Any, on_reset: Any = None) -> None:
+            scripts[threading.get_ident()](on_record)
+
+    def first_reads(on_record: Any) -> None:
+        on_record(Entries((one,)), 0)
+        first_applied.set()
+        assert second_waits.wait(30)  # the batch ends (and commits) while the second's waits
+
+    def second_reads(on_record: Any) -> None:
+        on_record(Entries((two,)), 0)
+
+    monkeypatch.setattr(index_reader, "StreamReader", Stream)
+    errors: list[BaseException] = []
+
+    def sync(script: Any, trace: bool) -> None:
+        scripts[threading.get_ident()] = script
+        try:
+            store = IndexStore(path)  # each sync its own connection, in its own thread
+            if trace:  # the second's batch reaches its first write, or asks for the lock
+                store._db.set_trace_callback(lambda sql: second_waits.set() if sql.lstrip().upper().startswith(
+                    ("INSERT", "BEGIN IMMEDIATE")) else None)
+            index_reader._read(None, store, index_reader.INDEX, "first", index_reader.SyncResult(),
+                               clock=lambda: NOW / 1000, timeout=30, notices=Notices(index_reader.logger))
+            store.close()
+        except Exception as exc:  # noqa: BLE001 - asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=sync, args=(first_reads, False))]
+    threads[0].start()
+    assert first_applied.wait(30), errors
+    threads.append(threading.Thread(target=sync, args=(second_reads, True)))
+    threads[1].start()
+    for thread in threads:
+        thread.join(60)
+    assert not any(thread.is_alive() for thread in threads) and errors == []
+    assert sorted(row.entry.message_id for row in IndexStore(path).listing(Filter(), NOW)) == ["m-1", "m-2"]
