@@ -13,11 +13,15 @@ In a vhost of its own on the shared broker:
    written straight to ``ladder.index`` in records of 200, and a cancellation for one in a hundred;
    then the first sync into a new SQLite file, a sync with nothing new (what every command pays),
    and the latency of ``find`` by task id, a ``list`` page by task and by due window, and the
-   counts (total, by task, target, due hour), medians over repeats.
+   counts (total, by task, target, due hour), medians over repeats. Then the bulk cancels
+   ``waiting cancel`` makes: every waiting entry of one task name, a sync that applies them, then
+   every waiting entry left, by target exchange (the index's whole size), each timed once.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import random
 import tempfile
@@ -28,6 +32,7 @@ from typing import Any, Callable
 from kombu import Producer, Queue
 
 from kombu_ladder.cancellation.stream import cancel_many
+from kombu_ladder.cli.waiting import bulk_cancel
 from kombu_ladder.contract import rung_name
 from kombu_ladder.controlplane import ENTRY
 from kombu_ladder.index import Filter, IndexStore, sync
@@ -200,11 +205,33 @@ def _scale(vhost: Vhost, config: Config) -> dict[str, Any]:
             "count by due hour": _timed(lambda: store.count(Filter(), now, by="due-hour"), 5),
         }
         waiting = store.count(Filter(), now)[0][1]
+        bulk = _bulk_cancels(conn, store)
         store.close()
         size_mb = sum(os.path.getsize(os.path.join(tmp, f)) for f in os.listdir(tmp)) / 1e6
     return {"n": n, "cancelled": len(ids[::100]), "waiting": waiting, "fill_s": round(fill_s, 1),
             "first_sync_s": round(first.seconds, 2), "first_sync_entries": first.entries,
-            "again_sync_s": round(again.seconds, 3), "file_mb": round(size_mb, 1), "queries": queries}
+            "again_sync_s": round(again.seconds, 3), "file_mb": round(size_mb, 1), "queries": queries,
+            "bulk": bulk}
+
+
+def _bulk_cancel_timed(conn: Any, store: IndexStore, found: Filter) -> tuple[int, float]:
+    """``waiting cancel`` with ``found``'s filter (what it prints is dropped): how many ids, and the seconds."""
+    started = time.perf_counter()
+    with contextlib.redirect_stdout(io.StringIO()):
+        ids = bulk_cancel(conn, store, found, int(time.time() * 1000))
+    return ids, time.perf_counter() - started
+
+
+def _bulk_cancels(conn: Any, store: IndexStore) -> dict[str, Any]:
+    """Every waiting entry of one task name cancelled, the sync that applies it, then every entry left."""
+    task_ids, task_s = _bulk_cancel_timed(conn, store, Filter(task=TASKS[3]))
+    log(f"index scale: bulk cancel of {task_ids} ids by task name in {task_s:.1f}s")
+    applied = sync(conn, store)
+    log(f"index scale: the sync applying them {applied.seconds:.1f}s ({applied.cancellations} cancellations)")
+    rest_ids, rest_s = _bulk_cancel_timed(conn, store, Filter(exchange=""))
+    log(f"index scale: bulk cancel of the {rest_ids} ids left, by target exchange, in {rest_s:.1f}s")
+    return {"task_ids": task_ids, "task_s": round(task_s, 2), "apply_sync_s": round(applied.seconds, 2),
+            "applied": applied.cancellations, "rest_ids": rest_ids, "rest_s": round(rest_s, 2)}
 
 
 def run(config: Config) -> dict[str, Any]:

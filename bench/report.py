@@ -314,8 +314,19 @@ def _index_table(data: dict[str, Any]) -> list[str]:
         f"| first sync, from nothing | {scale['first_sync_s']} s | |",
         f"| sync with nothing new (what each command pays first) | {scale['again_sync_s'] * 1000:.0f} ms | |",
         *[f"| {name} | {q['median_ms']} ms | {q['max_ms']} ms |" for name, q in scale["queries"].items()],
+        *_bulk_rows(scale.get("bulk")),
     ]
     return lines
+
+
+def _bulk_rows(bulk: Any) -> list[str]:
+    """The bulk cancels through the index, each timed once (a run without them: none)."""
+    if not bulk:
+        return []
+    return [f"| bulk cancel by task name ({bulk['task_ids']:,} ids; `waiting cancel --task`) | {bulk['task_s']} s | |",
+            f"| the sync that applies them ({bulk['applied']:,} cancellations) | {bulk['apply_sync_s']} s | |",
+            f"| bulk cancel of every waiting entry left, by target exchange ({bulk['rest_ids']:,} ids) | "
+            f"{bulk['rest_s']} s | |"]
 
 
 def _web_table(data: dict[str, Any]) -> list[str]:
@@ -441,7 +452,9 @@ def render(results: dict[str, Any], meta: dict[str, Any], plot: Optional[str],
          f"{config.get('index_n', 100_000):,} entries written straight to `ladder.index` in records of 200 (ten "
          "task names, twenty target queues, due times over a week), a cancellation for one in a hundred, then "
          "synced into a new SQLite file and queried: `find` by task id, a page of 50 at offset 1,000, the counts. "
-         "Query times are medians of 50 (counts: of 5)."),
+         "Query times are medians of 50 (counts: of 5). Then the bulk cancels of `waiting cancel` (the index's "
+         "query, then the batch records, confirmed), each timed once: one task name's waiting entries, the sync "
+         "that applies them, then every waiting entry left."),
         ("## 11. The web console", "web", _web_table,
          f"{config.get('web_n', 100_000):,} entries written straight to `ladder.index` as in section 10, and "
          f"{config.get('web_look_n', 10_000):,} real messages scheduled an hour or more ahead; a console "
