@@ -165,7 +165,7 @@ class LadderTaskProducer(LadderProducerMixin, Producer):
         headers: Any = kwargs.get("headers")
         if not _is_task_message(headers) or not headers.get("eta") or self.settings is None:
             return None
-        settings = self.settings.get()
+        settings = self.settings.reading_for(headers.get("id"))  # the one check_countdown made, if any
         if not settings.enabled:
             return None
         exchange = kwargs.get("exchange")
@@ -252,16 +252,16 @@ class LadderAMQP(AMQP):
     def as_task_v2(self, task_id: Any, name: Any, args: Any = None, kwargs: Any = None, countdown: Any = None,
                    *rest: Any, **options: Any) -> Any:
         """Celery's task message, after :meth:`check_countdown`."""
-        self.check_countdown(countdown)
+        self.check_countdown(countdown, task_id=task_id)
         return super().as_task_v2(task_id, name, args, kwargs, countdown, *rest, **options)
 
     def as_task_v1(self, task_id: Any, name: Any, args: Any = None, kwargs: Any = None, countdown: Any = None,
                    *rest: Any, **options: Any) -> Any:
         """Celery's task message (protocol 1), after :meth:`check_countdown`."""
-        self.check_countdown(countdown)
+        self.check_countdown(countdown, task_id=task_id)
         return super().as_task_v1(task_id, name, args, kwargs, countdown, *rest, **options)
 
-    def check_countdown(self, countdown: Any) -> None:
+    def check_countdown(self, countdown: Any, *, task_id: Any = None) -> None:
         """Refuse a numeric ``countdown`` longer than ``ladder_max_delay`` before Celery turns it into an
         ETA (``countdown=10**12`` overflows a datetime deep inside Celery) and before anything is sent.
 
@@ -269,7 +269,7 @@ class LadderAMQP(AMQP):
             ValueError: naming ``countdown`` and the maximum delay.
         """
         if isinstance(countdown, (int, float)) and not isinstance(countdown, bool) and countdown > 0:
-            settings = self.Producer.settings.get()  # type: ignore[attr-defined]  # a per-app subclass
+            settings = self.Producer.settings.read_for(task_id)  # type: ignore[attr-defined]  # a per-app subclass
             if settings.enabled:
                 delay_seconds(countdown, argument="countdown", max_delay=settings.max_delay)
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
@@ -11,7 +13,7 @@ from kombu_ladder.tuning import TUNABLES, Tunable, setting_label
 from kombu_ladder.tuning import TUNABLES as _T
 
 __all__ = [
-    "LadderSettings", "Setting", "SETTINGS", "SettingsCache", "PUBLISH_SETTINGS", "django_name", "label",
+    "LadderSettings", "Setting", "SETTINGS", "SettingsCache", "PUBLISH_SETTINGS", "HELD_FOR", "django_name", "label",
     "as_bool", "as_exchanges", "as_metrics_port", "as_metrics_address",
 ]
 
@@ -125,6 +127,8 @@ SETTINGS: tuple[Setting, ...] = (
 
 #: The settings an ETA publish reads: :class:`SettingsCache` reads them again on every publish.
 PUBLISH_SETTINGS = ("ladder_enabled", "ladder_max_delay", "ladder_index")
+#: Seconds a reading made as a task message is built serves its publish (:meth:`SettingsCache.read_for`).
+HELD_FOR = 1.0
 
 
 @dataclass(frozen=True)
@@ -207,6 +211,8 @@ class SettingsCache:
         self._names = {False: tuple(watch), True: tuple(setting.name for setting in SETTINGS)}
         self._raw: dict[bool, tuple[Any, ...]] = {}
         self._settings: Optional[LadderSettings] = None
+        #: Per thread: the reading :meth:`read_for` made for one task id, and when (monotonic seconds).
+        self._held = threading.local()
 
     def get(self, *, everything: bool = False) -> LadderSettings:
         """The settings, read again if a watched setting (any, with ``everything``) changed.
@@ -222,3 +228,24 @@ class SettingsCache:
             self._raw = {everything: raw, not everything: tuple(conf.get(name) for name in self._names[not everything])}
             self._settings = settings
         return settings
+
+    def read_for(self, task_id: Any) -> LadderSettings:
+        """:meth:`get`, kept for the publish of ``task_id`` that follows on this thread (:meth:`reading_for`).
+
+        ``apply_async`` asks twice: its countdown is checked against ``ladder_max_delay`` when Celery builds
+        the message, and the message is published a moment later. Each reading costs several ``conf.get``;
+        the publish takes this one instead of reading again.
+        """
+        settings = self.get()
+        self._held.reading = (task_id, time.monotonic(), settings)
+        return settings
+
+    def reading_for(self, task_id: Any) -> LadderSettings:
+        """The reading :meth:`read_for` kept for ``task_id`` on this thread within the last :data:`HELD_FOR`
+        seconds (taken: used once), or a new one (:meth:`get`)."""
+        held = getattr(self._held, "reading", None)
+        self._held.reading = None
+        if held is not None and task_id is not None and held[0] == task_id \
+                and time.monotonic() - held[1] <= HELD_FOR:
+            return held[2]  # type: ignore[no-any-return]
+        return self.get()

@@ -66,6 +66,30 @@ def test_the_cache_of_a_plain_mapping_reads_its_get() -> None:
     assert cache.get() == LadderSettings(enabled=True)
 
 
+def test_a_reading_made_as_a_message_is_built_serves_that_tasks_publish_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """apply_async reads the settings as Celery builds the message (its countdown) and as it publishes it: the
+    publish takes the first reading, for that task id, once, within HELD_FOR; anything else reads again."""
+    import celery_ladder.settings as settings_module
+
+    conf: dict[str, Any] = {"ladder_enabled": True}
+    cache = SettingsCache(lambda: conf)
+    now = [100.0]
+    monkeypatch.setattr(settings_module.time, "monotonic", lambda: now[0])
+    assert cache.read_for("t-1").enabled is True
+    conf["ladder_enabled"] = False  # changed between the two: this publish goes as its message was built
+    assert cache.reading_for("t-1").enabled is True
+    assert cache.reading_for("t-1").enabled is False  # used once: the next publish of the id reads again
+    cache.read_for("t-2")
+    conf["ladder_enabled"] = True
+    assert cache.reading_for("t-3").enabled is True  # another task: read again
+    assert cache.reading_for("t-2").enabled is True  # and the kept reading was given up with it
+    cache.read_for("t-4")
+    conf["ladder_enabled"] = False
+    now[0] += settings_module.HELD_FOR + 0.1
+    assert cache.reading_for("t-4").enabled is False  # kept too long: read again
+    assert cache.reading_for(None).enabled is False
+
+
 def test_one_table_names_every_field_of_the_settings() -> None:
     from dataclasses import fields
 
