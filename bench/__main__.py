@@ -32,7 +32,7 @@ def _replaced(previous: Any) -> str:
         return "not run before"
     if isinstance(previous, dict) and "error" in previous:
         return str(previous["error"])
-    return "the first run's figures"
+    return "earlier figures"
 
 
 def _load() -> str:
@@ -146,7 +146,9 @@ def main(argv: Optional[list[str]] = None) -> int:
             saved = json.load(fh)
         results, rerun = saved["results"], meta
         meta = saved["meta"]
-        meta.setdefault("reruns", []).append(
+        # the page says what each benchmark's latest run replaced: an earlier re-run of the same ones is dropped
+        meta["reruns"] = [r for r in meta.get("reruns", []) if not set(r["benchmarks"]) <= set(selected)]
+        meta["reruns"].append(
             {"benchmarks": selected, "started": rerun["started"], "load": rerun["load_start"],
              "replaced": {name: _replaced(results.get(name)) for name in selected}})
     # A full run's results are kept beside the page they render (a later --merge re-runs one benchmark on them);
