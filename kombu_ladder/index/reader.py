@@ -79,7 +79,7 @@ class _Apply:
         self.skipped = sum(reader.skipped.values())
 
     def __call__(self, record: Any, offset: Optional[int]) -> None:
-        self.store.begin(immediate=True)  # the batch's first record: the lock first (else: already held)
+        self.store.begin()  # the batch's first record: the lock first (else: already held)
         if isinstance(record, Entries) and self.stream == INDEX:
             self.store.add(record.entries)
             self.result.entries += len(record.entries)

@@ -171,11 +171,10 @@ class IndexStore:
             for table in ("entries", "moves", "cancels", "streams", *TALLIES):
                 self._db.execute(f"DROP TABLE IF EXISTS {table}")
         if not self._current(version):
-            # IMMEDIATE: the write lock first, waited for up to BUSY_TIMEOUT. Deferred, a connection opening the
-            # file as another one commits its schema (the console's refresh thread and a page's thread) would
-            # read, then fail at once with "database is locked": SQLite cannot upgrade a read that is no longer
-            # the newest. A version 3 file keeps what it read, and gains its tally.
-            with self.transaction(immediate=True):
+            # The write lock first (see begin): a connection opening the file as another one commits its schema
+            # (the console's refresh thread and a page's thread) waits for it. A version 3 file keeps what it
+            # read, and gains its tally.
+            with self.transaction():
                 for statement in _statements(_SCHEMA):
                     self._db.execute(statement)
                 if version == 3:
@@ -202,10 +201,9 @@ class IndexStore:
         self._db.close()
 
     @contextmanager
-    def transaction(self, *, immediate: bool = False) -> Iterator[None]:
-        """Everything in the block is written together, or not at all (``immediate``: the write lock is taken
-        first, waiting for it up to :data:`BUSY_TIMEOUT`)."""
-        self.begin(immediate=immediate)
+    def transaction(self) -> Iterator[None]:
+        """Everything in the block is written together, or not at all (the write lock first: see :meth:`begin`)."""
+        self.begin()
         try:
             yield
         except BaseException:
@@ -235,24 +233,26 @@ class IndexStore:
                     self._db.execute(_SUPERSEDE_BY_NEW_MOVES, {"after": 0, "slack": SLACK})
                 self._moves_unchecked = False
 
-    def begin(self, *, immediate: bool = False) -> None:
-        """Start a transaction (what is written until :meth:`commit` is written together)."""
+    def begin(self) -> None:
+        """Start a transaction (what is written until :meth:`commit` is written together), taking the file's
+        write lock first, waiting for it up to :data:`BUSY_TIMEOUT`.
+
+        Every write reads before it writes (the rows it follows, the entries it marks). A deferred transaction
+        that read, and then found the lock taken by another connection that committed meanwhile, could not
+        write ("database is locked" at once: SQLite does not wait for a lock when the read it holds is no
+        longer the newest). So the store's transactions are all IMMEDIATE, and a sync opens one only when a
+        batch's first record has arrived, never while it waits for the stream.
+        """
         if not self._db.in_transaction:
-            self._db.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
+            self._db.execute("BEGIN IMMEDIATE")
 
     @contextmanager
     def _writing(self) -> Iterator[None]:
-        """A write: inside the transaction under way, else in one of its own that takes the write lock first.
-
-        Every write reads before it writes (the rows it follows, the entries it marks). A transaction that
-        read, and then found the lock taken by another connection that committed meanwhile, cannot write
-        ("database is locked" at once: SQLite does not wait for a lock when the read it holds is no longer
-        the newest). Taking the lock first waits for it instead, up to :data:`BUSY_TIMEOUT`.
-        """
+        """A write: inside the transaction under way, else in one of its own (:meth:`transaction`)."""
         if self._db.in_transaction:
             yield
         else:
-            with self.transaction(immediate=True):
+            with self.transaction():
                 yield
 
     def commit(self) -> None:
